@@ -1,0 +1,43 @@
+# txstore: the two commands a new machine needs.
+#   make test   set up .venv (package + C extension + every extra the tests need), lint, type-check, test
+#   make demo   the same set-up, then the main job
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.txstore-installed
+EXTRAS ?= dev
+PYTEST_ARGS ?=
+
+.PHONY: setup test lint typecheck pytest demo bench clean
+
+$(STAMP): pyproject.toml setup.py MANIFEST.in csrc/txcodecs.c csrc/txcodecs.h csrc/build_ffi.py
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+"; exit 1; }
+	@command -v cc >/dev/null || command -v gcc >/dev/null || { echo "error: no C compiler (install build-essential / gcc)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check txstore tests perf csrc
+	$(VENV)/bin/ruff format --check txstore tests perf csrc
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	$(PY) -m txstore demo
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) perf/bench_codecs.py --quick
+
+clean:
+	rm -rf build dist *.egg-info txstore/_codecs*.so txstore/_codecs.c .pytest_cache .mypy_cache .ruff_cache

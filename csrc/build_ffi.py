@@ -1,0 +1,51 @@
+"""cffi build script for txstore._codecs (out-of-line API mode).
+
+The C declarations come from ``csrc/txcodecs.h``, the same header the C file includes, with the
+preprocessor lines dropped (cffi's ``cdef`` does not run the preprocessor).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shlex
+import shutil
+import sysconfig
+
+from cffi import FFI
+
+HERE = pathlib.Path(__file__).resolve().parent
+HEADER = HERE / "txcodecs.h"
+
+
+def _cdef_text() -> str:
+    lines = HEADER.read_text(encoding="utf-8").splitlines()
+    return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+
+
+def _require_compiler() -> None:
+    """Fail the install with a clear message when no C compiler is on the machine."""
+
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    exe = shlex.split(cc)[0] if cc.strip() else "cc"
+    if shutil.which(exe) is None:
+        raise RuntimeError(
+            f"txstore needs a C compiler to build its codec extension, and {exe!r} was not "
+            "found. Install one (Debian/Ubuntu: apt-get install build-essential; Fedora: "
+            "dnf install gcc) or set CC to a compiler, then install txstore again."
+        )
+
+
+_require_compiler()
+ffibuilder = FFI()
+ffibuilder.cdef(_cdef_text())
+ffibuilder.set_source(
+    "txstore._codecs",
+    '#include "txcodecs.h"',
+    sources=[str((HERE / "txcodecs.c").relative_to(HERE.parent))],
+    include_dirs=[str(HERE.relative_to(HERE.parent))],
+    extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

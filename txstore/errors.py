@@ -1,0 +1,58 @@
+"""The txstore exception hierarchy.
+
+Every error txstore raises derives from :class:`TxStoreError`. Where a builtin exception
+fits, the class also derives from it, so ``except ValueError`` keeps working for callers that
+do not know txstore's names.
+
+The interactive-query family mirrors Kafka Streams' ``InvalidStateStoreException`` and its
+subclasses, with the same messages.
+"""
+
+from __future__ import annotations
+
+
+class TxStoreError(Exception):
+    """Base class of every error raised by txstore."""
+
+
+class InvalidArgumentError(TxStoreError, ValueError):
+    """An argument has a value the operation cannot accept (a ``None`` key, a bad range...)."""
+
+
+class InvalidTypeError(TxStoreError, TypeError):
+    """An argument has the wrong Python type (``str`` where ``bytes`` is required...)."""
+
+
+class SerializationError(TxStoreError, ValueError):
+    """Bytes could not be decoded: truncated, malformed or oversized input.
+
+    Kafka's ``SerializationException``. Decoders raise it instead of reading past a buffer.
+    """
+
+
+class ConfigConflictError(TxStoreError, ValueError):
+    """A store was reopened with a configuration that contradicts what is on disk."""
+
+
+class OffsetError(InvalidArgumentError):
+    """A changelog offset went backwards or is not a valid offset."""
+
+
+class StorageError(TxStoreError, OSError):
+    """The storage layer (LMDB, files) failed in a way the caller cannot fix by retrying."""
+
+
+class ReadOnlyError(TxStoreError):
+    """A write was attempted through a read-only handle or view."""
+
+
+class InvalidStateStoreError(TxStoreError):
+    """A store cannot be used in its current state (Kafka's ``InvalidStateStoreException``)."""
+
+
+class StoreClosedError(InvalidStateStoreError):
+    """The store (or the database holding it) is closed."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Store {name} is currently closed")
+        self.store_name = name

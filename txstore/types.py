@@ -1,0 +1,304 @@
+"""Public value types, named and behaving as in Kafka Streams.
+
+Kafka's null rules carry over: ``ValueAndTimestamp.make(None, ts)`` is ``None`` (a ``None``
+value means "delete" throughout the store API), and so is every other ``make`` given a ``None``
+value. The constructors themselves accept ``None`` values, like Kafka's ``makeAllowNullable``.
+
+>>> ValueAndTimestamp.make("v", 100)
+ValueAndTimestamp(value='v', timestamp=100)
+>>> ValueAndTimestamp.make(None, 100) is None
+True
+>>> Headers([("k", b"v")]).last_header("k")
+b'v'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, TypeVar, overload
+
+from txstore.errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = [
+    "NO_TIMESTAMP",
+    "AggregationWithHeaders",
+    "Header",
+    "Headers",
+    "KeyValue",
+    "SessionWindow",
+    "TimeWindow",
+    "ValueAndHeaders",
+    "ValueAndTimestamp",
+    "ValueTimestampHeaders",
+    "Windowed",
+]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+#: Kafka's ``ConsumerRecord.NO_TIMESTAMP``: the surrogate timestamp given to values that
+#: never had one (plain values upgraded to a timestamped format).
+NO_TIMESTAMP = -1
+
+_LONG_MIN = -(2**63)
+_LONG_MAX = 2**63 - 1
+
+
+def check_long(name: str, value: object) -> int:
+    """Return ``value`` if it is an int in Java's long range, else raise a typed error."""
+    if type(value) is not int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = int(value)
+        else:
+            raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not _LONG_MIN <= value <= _LONG_MAX:
+        raise InvalidArgumentError(f"{name} {value} is outside the 64-bit signed range")
+    return value
+
+
+class Header(NamedTuple):
+    """One record header: a text key and a bytes value, which may be ``None``."""
+
+    key: str
+    value: bytes | None
+
+
+class Headers:
+    """An immutable, ordered list of record headers (Kafka's ``Headers``).
+
+    Order is insertion order and duplicate keys are kept, as Kafka does. Equality compares the
+    headers in order. ``None`` and an empty list are the same "no headers".
+
+    >>> h = Headers([("a", None), ("bc", b"\\x01\\x02")])
+    >>> len(h), h[0]
+    (2, Header(key='a', value=None))
+    >>> h.add("a", b"x").headers("a")
+    [None, b'x']
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str, bytes | None]] | None = None) -> None:
+        out: list[Header] = []
+        for item in items or ():
+            try:
+                key, value = item
+            except (TypeError, ValueError):
+                raise InvalidTypeError(
+                    f"a header must be a (key, value) pair, got {item!r}"
+                ) from None
+            if not isinstance(key, str):
+                raise InvalidTypeError(f"a header key must be str, got {type(key).__name__}")
+            if value is not None and not isinstance(value, bytes):
+                if isinstance(value, (bytearray, memoryview)):
+                    value = bytes(value)
+                else:
+                    raise InvalidTypeError(
+                        f"a header value must be bytes or None, got {type(value).__name__}"
+                    )
+            out.append(Header(key, value))
+        self._items: tuple[Header, ...] = tuple(out)
+
+    @classmethod
+    def of(cls, headers: Headers | Iterable[tuple[str, bytes | None]] | None) -> Headers:
+        """Return ``headers`` as a :class:`Headers` (``None`` gives the empty headers)."""
+        if isinstance(headers, Headers):
+            return headers
+        return cls(headers)
+
+    def add(self, key: str, value: bytes | None) -> Headers:
+        """Return new headers with ``(key, value)`` appended. O(n)."""
+        return Headers([*self._items, (key, value)])
+
+    def last_header(self, key: str) -> bytes | None:
+        """The value of the last header named ``key``, or ``None`` if there is none. O(n)."""
+        for header in reversed(self._items):
+            if header.key == key:
+                return header.value
+        return None
+
+    def headers(self, key: str) -> list[bytes | None]:
+        """Every value of headers named ``key``, in order. O(n)."""
+        return [h.value for h in self._items if h.key == key]
+
+    def to_list(self) -> list[Header]:
+        """The headers as a list of :class:`Header` tuples."""
+        return list(self._items)
+
+    def __iter__(self) -> Iterator[Header]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Header: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Header, ...]: ...
+    def __getitem__(self, index: int | slice) -> Header | tuple[Header, ...]:
+        return self._items[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Headers):
+            return self._items == other._items
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __repr__(self) -> str:
+        return f"Headers({[tuple(h) for h in self._items]!r})"
+
+
+EMPTY_HEADERS = Headers()
+
+
+@dataclass(frozen=True, slots=True)
+class ValueAndTimestamp(Generic[V]):
+    """A value with its timestamp (KIP-258); stored as ``[ts 8 BE][value]``."""
+
+    value: V
+    timestamp: int
+
+    @classmethod
+    def make(cls, value: V | None, timestamp: int) -> ValueAndTimestamp[V] | None:
+        """``None`` if ``value`` is ``None``, else a new instance (Kafka's ``make``)."""
+        return None if value is None else cls(value, check_long("timestamp", timestamp))
+
+    @staticmethod
+    def value_or_none(vat: ValueAndTimestamp[V] | None) -> V | None:
+        """Kafka's ``getValueOrNull``: the value, or ``None`` for a ``None`` argument."""
+        return None if vat is None else vat.value
+
+    def __str__(self) -> str:
+        return f"<{self.value},{self.timestamp}>"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueTimestampHeaders(Generic[V]):
+    """Value, timestamp and headers (KIP-1271).
+
+    Stored as ``[varint headersSize][headers][ts 8 BE][value]``.
+    """
+
+    value: V
+    timestamp: int
+    headers: Headers = EMPTY_HEADERS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.headers, Headers):
+            object.__setattr__(self, "headers", Headers.of(self.headers))
+
+    @classmethod
+    def make(
+        cls, value: V | None, timestamp: int, headers: Any = None
+    ) -> ValueTimestampHeaders[V] | None:
+        """``None`` if ``value`` is ``None``; ``None`` headers become empty headers."""
+        if value is None:
+            return None
+        return cls(value, check_long("timestamp", timestamp), Headers.of(headers))
+
+
+@dataclass(frozen=True, slots=True)
+class ValueAndHeaders(Generic[V]):
+    """A value with headers and no timestamp: the plain window store with headers.
+
+    Stored as ``[varint headersSize][headers][value]`` (8 bytes smaller per record than
+    :class:`ValueTimestampHeaders`).
+    """
+
+    value: V
+    headers: Headers = EMPTY_HEADERS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.headers, Headers):
+            object.__setattr__(self, "headers", Headers.of(self.headers))
+
+    @classmethod
+    def make(cls, value: V | None, headers: Any = None) -> ValueAndHeaders[V] | None:
+        """``None`` if ``value`` is ``None``."""
+        return None if value is None else cls(value, Headers.of(headers))
+
+
+@dataclass(frozen=True, slots=True)
+class AggregationWithHeaders(Generic[V]):
+    """A session aggregation with headers (KIP-1271): ``[varint headersSize][headers][agg]``."""
+
+    aggregation: V
+    headers: Headers = EMPTY_HEADERS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.headers, Headers):
+            object.__setattr__(self, "headers", Headers.of(self.headers))
+
+    @classmethod
+    def make(cls, aggregation: V | None, headers: Any = None) -> AggregationWithHeaders[V] | None:
+        """``None`` if ``aggregation`` is ``None``."""
+        return None if aggregation is None else cls(aggregation, Headers.of(headers))
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TimeWindow:
+    """A time window ``[start, end)`` of a window store (Kafka's ``TimeWindow``).
+
+    >>> TimeWindow(0, 10)
+    TimeWindow(start=0, end=10)
+    >>> TimeWindow(5, 5)
+    Traceback (most recent call last):
+    ...
+    txstore.errors.InvalidArgumentError: Window endMs must be greater than window startMs.
+    """
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        _check_window(self.start, self.end)
+        if self.start == self.end:
+            raise InvalidArgumentError("Window endMs must be greater than window startMs.")
+
+    @classmethod
+    def for_size(cls, start: int, size: int) -> TimeWindow:
+        """The window starting at ``start`` of length ``size``, its end clamped to the
+        largest long on overflow (Kafka's ``WindowKeySchema.timeWindowForSize``)."""
+        end = start + size
+        return cls(start, end if end <= _LONG_MAX else _LONG_MAX)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SessionWindow:
+    """A session window ``[start, end]``, both inclusive; ``start == end`` is allowed."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        _check_window(self.start, self.end)
+
+
+def _check_window(start: int, end: int) -> None:
+    check_long("window start", start)
+    check_long("window end", end)
+    if start < 0:
+        raise InvalidArgumentError("Window startMs time cannot be negative.")
+    if end < start:
+        raise InvalidArgumentError("Window endMs time cannot be smaller than window startMs time.")
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed(Generic[K]):
+    """A key together with the window it belongs to."""
+
+    key: K
+    window: TimeWindow | SessionWindow
+
+
+class KeyValue(NamedTuple, Generic[K, V]):
+    """A key-value pair, as iterators return them."""
+
+    key: K
+    value: V
