@@ -1,0 +1,70 @@
+"""txstore: an embedded transactional state store for Python.
+
+Kafka Streams' state-store model (key-value, window and session stores in plain, timestamped
+and header-carrying formats), byte-compatible with it, on LMDB, with KIP-892 transactional write
+buffering. See ``docs/`` for the tour.
+"""
+
+from __future__ import annotations
+
+from txstore.codecs import ValueFormat
+from txstore.errors import (
+    ConfigConflictError,
+    InvalidArgumentError,
+    InvalidStateStoreError,
+    InvalidTypeError,
+    OffsetError,
+    ReadOnlyError,
+    SerializationError,
+    StorageError,
+    StoreClosedError,
+    TxStoreError,
+)
+from txstore.formats import DslStoreFormat
+from txstore.serdes import Serde, Serdes, register_serde, serde_by_name
+from txstore.types import (
+    NO_TIMESTAMP,
+    AggregationWithHeaders,
+    Header,
+    Headers,
+    KeyValue,
+    SessionWindow,
+    TimeWindow,
+    ValueAndHeaders,
+    ValueAndTimestamp,
+    ValueTimestampHeaders,
+    Windowed,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NO_TIMESTAMP",
+    "AggregationWithHeaders",
+    "ConfigConflictError",
+    "DslStoreFormat",
+    "Header",
+    "Headers",
+    "InvalidArgumentError",
+    "InvalidStateStoreError",
+    "InvalidTypeError",
+    "KeyValue",
+    "OffsetError",
+    "ReadOnlyError",
+    "Serde",
+    "Serdes",
+    "SerializationError",
+    "SessionWindow",
+    "StorageError",
+    "StoreClosedError",
+    "TimeWindow",
+    "TxStoreError",
+    "ValueAndHeaders",
+    "ValueAndTimestamp",
+    "ValueFormat",
+    "ValueTimestampHeaders",
+    "Windowed",
+    "__version__",
+    "register_serde",
+    "serde_by_name",
+]
