@@ -44,7 +44,13 @@ ffibuilder.set_source(
     '#include "txcodecs.h"',
     sources=[str((HERE / "txcodecs.c").relative_to(HERE.parent))],
     include_dirs=[str(HERE.relative_to(HERE.parent))],
-    extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"],
+    extra_compile_args=[
+        "-O2",
+        "-std=c99",
+        "-Wall",
+        "-Wextra",
+        "-Werror=implicit-function-declaration",
+    ],
 )
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ buffering. See ``docs/`` for the tour.
 from __future__ import annotations
 
 from txstore.codecs import ValueFormat
+from txstore.database import Database, open
 from txstore.errors import (
     ConfigConflictError,
     InvalidArgumentError,
@@ -22,6 +23,7 @@ from txstore.errors import (
 )
 from txstore.formats import DslStoreFormat
 from txstore.serdes import Serde, Serdes, register_serde, serde_by_name
+from txstore.stores import Stores
 from txstore.types import (
     NO_TIMESTAMP,
     AggregationWithHeaders,
@@ -42,6 +44,7 @@ __all__ = [
     "NO_TIMESTAMP",
     "AggregationWithHeaders",
     "ConfigConflictError",
+    "Database",
     "DslStoreFormat",
     "Header",
     "Headers",
@@ -57,6 +60,7 @@ __all__ = [
     "SessionWindow",
     "StorageError",
     "StoreClosedError",
+    "Stores",
     "TimeWindow",
     "TxStoreError",
     "ValueAndHeaders",
@@ -65,6 +69,7 @@ __all__ = [
     "ValueTimestampHeaders",
     "Windowed",
     "__version__",
+    "open",
     "register_serde",
     "serde_by_name",
 ]

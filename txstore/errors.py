@@ -56,3 +56,8 @@ class StoreClosedError(InvalidStateStoreError):
     def __init__(self, name: str) -> None:
         super().__init__(f"Store {name} is currently closed")
         self.store_name = name
+
+
+class SnapshotInvalidatedError(InvalidStateStoreError):
+    """A read-committed snapshot can no longer be read (the LMDB map was resized, or a database
+    it reads was dropped, in this process): take a new snapshot and retry."""

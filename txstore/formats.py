@@ -87,6 +87,9 @@ class ValueCodec(Generic[V]):
             raise InvalidTypeError(
                 f"a {fmt.name} store takes {self.wrapper} values, got {type(obj).__name__}"
             )
+        return self._encode_wrapper(fmt, obj)
+
+    def _encode_wrapper(self, fmt: ValueFormat, obj: Any) -> bytes | None:
         if fmt == ValueFormat.TIMESTAMPED:
             inner = self.serde.serialize(obj.value)
             return None if inner is None else codecs.pack_value(fmt, inner, obj.timestamp)
@@ -94,9 +97,7 @@ class ValueCodec(Generic[V]):
             inner = self.serde.serialize(obj.value)
             if inner is None:
                 return None
-            return codecs.pack_value(
-                fmt, inner, obj.timestamp, codecs.encode_headers(obj.headers)
-            )
+            return codecs.pack_value(fmt, inner, obj.timestamp, codecs.encode_headers(obj.headers))
         value = obj.aggregation if isinstance(obj, AggregationWithHeaders) else obj.value
         inner = self.serde.serialize(value)
         if inner is None:
@@ -130,7 +131,9 @@ class ValueCodec(Generic[V]):
         return self.serde.deserialize(codecs.split_value(self.format, raw)[0])
 
 
-def value_codec(fmt: ValueFormat | int, serde: Serde[Any], *, session: bool = False) -> ValueCodec[Any]:
+def value_codec(
+    fmt: ValueFormat | int, serde: Serde[Any], *, session: bool = False
+) -> ValueCodec[Any]:
     """The codec for ``fmt`` and ``serde``; ``session=True`` decodes ``PLAIN_HEADERS`` values to
     :class:`AggregationWithHeaders` instead of :class:`ValueAndHeaders`."""
     try:

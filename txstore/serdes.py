@@ -68,11 +68,11 @@ class _FixedSerde(Generic[T]):
     def serialize(self, value: T | None) -> bytes | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, self._kind):
-            if not (self._kind is float and isinstance(value, int) and not isinstance(value, bool)):
-                raise InvalidTypeError(
-                    f"{self._label} serde needs {self._kind.__name__}, got {type(value).__name__}"
-                )
+        int_as_float = self._kind is float and isinstance(value, int)
+        if isinstance(value, bool) or not (isinstance(value, self._kind) or int_as_float):
+            raise InvalidTypeError(
+                f"{self._label} serde needs {self._kind.__name__}, got {type(value).__name__}"
+            )
         try:
             return self._struct.pack(value)
         except struct.error as e:

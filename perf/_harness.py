@@ -1,0 +1,117 @@
+"""Timing helpers shared by txstore's benchmarks (``perf/bench_*.py``).
+
+The machine the benchmarks run on is shared and its speed drifts by 30% over a run, so every
+comparison here is *interleaved*: round ``r`` runs each variant once, in an order rotated by
+``r``, and each variant's result is the median over the rounds. A variant is a zero-argument
+callable that processes ``items`` items once; the harness repeats it enough times for one
+sample to last ``target_ns`` and reports nanoseconds per item.
+
+The garbage collector is off while a sample runs (as in :mod:`timeit`); reference counting
+still frees everything the benchmarked code allocates.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Settings", "Timing", "compare", "consume", "fmt_ns", "fmt_ratio", "table"]
+
+
+def consume(iterable: Iterable[object]) -> None:
+    """Exhaust ``iterable`` at C speed, keeping nothing (``deque(it, maxlen=0)``)."""
+    deque(iterable, maxlen=0)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how often to measure."""
+
+    repeats: int  # interleaved rounds; the result is the median over them
+    target_ns: int  # minimum duration of one sample
+    warmup: int = 2  # untimed calls of each variant before the first round
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Nanoseconds per item of one variant, over ``samples`` interleaved rounds."""
+
+    median_ns: float
+    min_ns: float
+    max_ns: float
+    samples: int
+
+    @property
+    def spread(self) -> float:
+        """``(max - min) / median``: how noisy the rounds were."""
+        return (self.max_ns - self.min_ns) / self.median_ns if self.median_ns else 0.0
+
+
+def _time_once(fn: Callable[[], object], loops: int) -> int:
+    t0 = time.perf_counter_ns()
+    for _ in range(loops):
+        fn()
+    return time.perf_counter_ns() - t0
+
+
+def compare(
+    variants: Mapping[str, Callable[[], object]], items: int, settings: Settings
+) -> dict[str, Timing]:
+    """Time ``variants`` interleaved; return each one's ns per item (median over the rounds)."""
+    names = list(variants)
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        loops: dict[str, int] = {}
+        for name in names:
+            fn = variants[name]
+            best = min(_time_once(fn, 1) for _ in range(max(1, settings.warmup)))
+            loops[name] = max(1, -(-settings.target_ns // max(best, 1)))
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(settings.repeats):
+            k = r % len(names)
+            order = names[k:] + names[:k]
+            if r % 2:
+                order.reverse()
+            for name in order:
+                n = loops[name]
+                samples[name].append(_time_once(variants[name], n) / (n * items))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {
+        name: Timing(statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()
+    }
+
+
+def fmt_ns(value: float | None) -> str:
+    """A per-item time for a table cell (``-`` when there is none)."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    """A ratio for a table cell (``-`` when there is none)."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Plain-text table: first column left-aligned, the others right-aligned."""
+    all_rows = [list(header), *(list(r) for r in rows)]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(all_rows[0]), rule, *(line(r) for r in all_rows[1:])])

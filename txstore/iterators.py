@@ -1,0 +1,520 @@
+"""Closeable merge iterators over the engine's tiers.
+
+Every tier of the engine (the overlay's memory tier, its spill tier, committed LMDB data, the
+committed ``SortedDict`` of the in-memory flavour) is read through one small protocol,
+:class:`ChunkSource`: *give me at most n rows of this key range, in key order, starting after
+the last key you returned*. A read returns the rows **in ascending key order** (also for a reverse
+scan: then they are the n largest keys of the range) and a *frontier*: the key up to which the
+source is complete (``None``: the range is exhausted). Rows are ``(key, value)`` 2-tuples where
+``value is None`` marks a tombstone.
+
+:class:`MergedSource` stacks an upper tier over a lower one (the upper wins on equal keys;
+tombstones hide lower values and are either dropped or passed on), and is itself a
+``ChunkSource``, so overlay-over-committed and memory-over-spill are the same code.
+
+:class:`ChunkedIterator` serves rows from a buffered chunk and refills by re-seeking strictly
+after the last frontier. Consequences, by design:
+
+- It never iterates a structure that may be mutated: writes made while an iterator is open never
+  break it. A key that exists throughout the iteration is returned exactly once; keys are
+  strictly increasing (decreasing in reverse). A write made while the iterator is open may or
+  may not be seen (rows already buffered, at most one chunk, are not re-read).
+- No LMDB read transaction is held across user code: each chunk is read in its own short read
+  transaction, unless the iterator belongs to an explicit snapshot (see
+  ``Partition.snapshot``). Chunks start at 128 rows and double up to 1024, so a short range scan
+  reads little and a full scan amortizes the transaction and merge costs.
+
+Measured on the 2-core build machine (1M committed 13-byte keys with 16-byte values, 10%
+changed in the overlay: 40% updates, 30% inserts, 30% tombstones): a full merged scan through
+``BytesKeyValueStore.all()`` ran at 2.4-2.9M rows/s forward and reverse (read-committed, no
+overlay: 3.9-4.2M rows/s; raw py-lmdb ``iternext``: 7-9.5M keys/s). A prototype with 4096-row
+chunks ran at 1.8M rows/s (its overlay reads were mostly trimmed), hence 1024; a first chunk of
+128 rows (against 64 or 256) gave the most 100-row range scans per second. The merge bisects
+the sparse tier into the dense one and copies runs of the dense tier with list slices; a
+two-pointer merge ran ~5% slower at 10% density and is used when the tiers are of similar
+size.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+import weakref
+from bisect import bisect_left
+from collections.abc import Callable
+from itertools import islice
+from typing import Any, Protocol
+
+__all__ = [
+    "CHUNK_MAX",
+    "CHUNK_MIN",
+    "EMPTY_SOURCE",
+    "ChunkSource",
+    "ChunkedIterator",
+    "EmptyIterator",
+    "FnSource",
+    "IteratorRegistry",
+    "KeyRange",
+    "KeyValueIterator",
+    "MergedSource",
+    "Row",
+    "invalid_range_warning",
+    "merge_rows",
+    "next_prefix",
+    "no_rows",
+    "read_lmdb_chunk",
+    "read_sorted_chunk",
+]
+
+Row = tuple[bytes, bytes | None]
+"""A row of a tier: ``(key, value)``; ``value is None`` is a tombstone."""
+
+CHUNK_MIN = 128
+CHUNK_MAX = 1024
+
+_log = logging.getLogger("txstore")
+
+_INVALID_RANGE_MSG = (
+    "Returning empty iterator for fetch with invalid key range: from > to. This may be due to "
+    "range arguments set in the wrong order, or serdes that don't preserve ordering when "
+    "lexicographically comparing the serialized bytes. Note that the built-in numerical serdes "
+    "do not follow this for negative numbers"
+)
+
+
+def invalid_range_warning() -> None:
+    """Log Kafka Streams' warning for a range whose ``from`` is above its ``to``."""
+    _log.warning(_INVALID_RANGE_MSG)
+
+
+def next_prefix(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with ``prefix``; ``None`` if there is none.
+
+    >>> next_prefix(b"ab")
+    b'ac'
+    >>> next_prefix(b"a\\xff")
+    b'b'
+    >>> next_prefix(b"\\xff") is None
+    True
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+class KeyRange:
+    """A key range with optional, inclusive-or-exclusive bounds (``None``: unbounded)."""
+
+    __slots__ = ("hi", "hi_inclusive", "lo", "lo_inclusive")
+
+    def __init__(
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        lo_inclusive: bool = True,
+        hi_inclusive: bool = True,
+    ) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.lo_inclusive = lo_inclusive
+        self.hi_inclusive = hi_inclusive
+
+    @classmethod
+    def prefix(cls, prefix: bytes) -> KeyRange:
+        """The keys starting with ``prefix`` (all keys for ``b""``)."""
+        return cls(prefix or None, next_prefix(prefix), True, False)
+
+    def is_empty(self) -> bool:
+        """True if no key can be inside the range."""
+        lo, hi = self.lo, self.hi
+        if lo is None or hi is None:
+            return False
+        return lo > hi or (lo == hi and not (self.lo_inclusive and self.hi_inclusive))
+
+    def after(self, frontier: bytes, reverse: bool) -> KeyRange:
+        """The part of the range not yet returned once ``frontier`` was reached."""
+        if reverse:
+            return KeyRange(self.lo, frontier, self.lo_inclusive, False)
+        return KeyRange(frontier, self.hi, False, self.hi_inclusive)
+
+    def clip(self, frontier: bytes, reverse: bool) -> KeyRange:
+        """The part of the range up to and including ``frontier`` in scan order."""
+        if reverse:
+            return KeyRange(frontier, self.hi, True, self.hi_inclusive)
+        return KeyRange(self.lo, frontier, self.lo_inclusive, True)
+
+    def __repr__(self) -> str:
+        left = "[" if self.lo_inclusive else "("
+        right = "]" if self.hi_inclusive else ")"
+        return f"KeyRange{left}{self.lo!r}, {self.hi!r}{right}"
+
+
+class ChunkSource(Protocol):
+    """A tier that can be read in sorted chunks (see the module docstring)."""
+
+    def read_chunk(self, rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
+        """At most ``n`` rows of ``rng`` in ascending order, and the frontier (None: done)."""
+        ...
+
+
+def no_rows() -> tuple[list[Row], bytes | None]:
+    """A fresh empty chunk read result."""
+    return [], None
+
+
+class FnSource:
+    """A :class:`ChunkSource` that delegates to a function."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[KeyRange, bool, int], tuple[list[Row], bytes | None]]):
+        self._fn = fn
+
+    def read_chunk(self, rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
+        return self._fn(rng, reverse, n)
+
+
+EMPTY_SOURCE: ChunkSource = FnSource(lambda rng, reverse, n: no_rows())
+"""A source with no rows."""
+
+
+def _cut(rows: list[Any], key: bytes, reverse: bool) -> None:
+    """Drop, in place, the rows of an ascending list beyond ``key`` in scan order."""
+    if reverse:
+        del rows[: bisect_left(rows, (key,))]
+    else:
+        del rows[bisect_left(rows, (key + b"\x00",)) :]
+
+
+def read_lmdb_chunk(
+    cursor: Any, rng: KeyRange, reverse: bool, n: int
+) -> tuple[list[Any], bytes | None]:
+    """Read one chunk of ``rng`` from an LMDB cursor: O(log N + n), in C but for a few calls."""
+    lo, hi = rng.lo, rng.hi
+    if not reverse:
+        if lo is None:
+            ok = cursor.first()
+        else:
+            ok = cursor.set_range(lo)
+            if ok and not rng.lo_inclusive and cursor.key() == lo:
+                ok = cursor.next()
+        if not ok:
+            return [], None
+        rows = list(islice(cursor.iternext(), n))
+        if (
+            hi is not None
+            and rows
+            and (rows[-1][0] > hi or (rows[-1][0] == hi and not rng.hi_inclusive))
+        ):
+            if rng.hi_inclusive:
+                del rows[bisect_left(rows, (hi + b"\x00",)) :]
+            else:
+                del rows[bisect_left(rows, (hi,)) :]
+            return rows, None
+        return rows, (rows[-1][0] if len(rows) == n else None)
+    if hi is None:
+        ok = cursor.last()
+    else:
+        ok = cursor.set_range(hi)
+        if ok:
+            if not rng.hi_inclusive or cursor.key() != hi:
+                ok = cursor.prev()
+        else:
+            ok = cursor.last()
+    if not ok:
+        return [], None
+    rows = list(islice(cursor.iterprev(), n))
+    rows.reverse()
+    if lo is not None and rows and (rows[0][0] < lo or (rows[0][0] == lo and not rng.lo_inclusive)):
+        if rng.lo_inclusive:
+            del rows[: bisect_left(rows, (lo,))]
+        else:
+            del rows[: bisect_left(rows, (lo + b"\x00",))]
+        return rows, None
+    return rows, (rows[0][0] if len(rows) == n else None)
+
+
+def read_sorted_chunk(
+    index: Any, mapping: Any, rng: KeyRange, reverse: bool, n: int
+) -> tuple[list[Row], bytes | None]:
+    """Read one chunk from a sortedcontainers index (``irange``) and a key->value mapping.
+
+    O(log N + n). ``index`` is a ``SortedList`` or a ``SortedDict``; ``mapping`` maps every key of
+    the index to its value.
+    """
+    keys = list(
+        islice(index.irange(rng.lo, rng.hi, (rng.lo_inclusive, rng.hi_inclusive), reverse), n)
+    )
+    frontier = keys[-1] if len(keys) == n else None
+    if reverse:
+        keys.reverse()
+    get = mapping.__getitem__
+    return [(k, get(k)) for k in keys], frontier
+
+
+def merge_rows(upper: list[Row], lower: list[Row], keep_tombstones: bool) -> list[Row]:
+    """Merge two ascending row lists, ``upper`` winning on equal keys.
+
+    Tombstones of ``upper`` hide the lower row; they stay in the result if ``keep_tombstones``.
+    ``lower`` must hold no tombstones unless ``keep_tombstones`` is set. O(len(upper) * log
+    len(lower)) plus list copies when ``upper`` is sparse, else O(len(upper) + len(lower)).
+    """
+    if not upper:
+        return lower
+    if not lower:
+        return upper if keep_tombstones else [e for e in upper if e[1] is not None]
+    nl = len(lower)
+    out: list[Row] = []
+    if len(upper) * 4 < nl:
+        extend, append = out.extend, out.append
+        pos = 0
+        for e in upper:
+            k = e[0]
+            j = bisect_left(lower, (k,), pos)
+            if j > pos:
+                extend(lower[pos:j])
+            if keep_tombstones or e[1] is not None:
+                append(e)
+            if j < nl and lower[j][0] == k:
+                j += 1
+            pos = j
+        if pos < nl:
+            extend(lower[pos:])
+        return out
+    append = out.append
+    i = j = 0
+    nu = len(upper)
+    u, low = upper[0], lower[0]
+    uk, lk = u[0], low[0]
+    while True:
+        if uk < lk:
+            if keep_tombstones or u[1] is not None:
+                append(u)
+            i += 1
+            if i == nu:
+                break
+            u = upper[i]
+            uk = u[0]
+        elif lk < uk:
+            append(low)
+            j += 1
+            if j == nl:
+                break
+            low = lower[j]
+            lk = low[0]
+        else:
+            if keep_tombstones or u[1] is not None:
+                append(u)
+            i += 1
+            j += 1
+            if i == nu or j == nl:
+                break
+            u, low = upper[i], lower[j]
+            uk, lk = u[0], low[0]
+    if i < nu:
+        out.extend(upper[i:] if keep_tombstones else [e for e in upper[i:] if e[1] is not None])
+    if j < nl:
+        out.extend(lower[j:])
+    return out
+
+
+class MergedSource:
+    """An upper tier stacked over a lower one; itself a :class:`ChunkSource`.
+
+    The lower tier is read first; the upper one is then read only up to the lower frontier, so a
+    sparse upper tier costs O(rows it has in that span). Cost of a chunk: one chunk of each.
+    """
+
+    __slots__ = ("keep_tombstones", "lower", "upper")
+
+    def __init__(self, upper: ChunkSource, lower: ChunkSource, keep_tombstones: bool) -> None:
+        self.upper = upper
+        self.lower = lower
+        self.keep_tombstones = keep_tombstones
+
+    def read_chunk(self, rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
+        lower, frontier = self.lower.read_chunk(rng, reverse, n)
+        upper, ufrontier = self.upper.read_chunk(
+            rng if frontier is None else rng.clip(frontier, reverse), reverse, n
+        )
+        if ufrontier is not None:
+            frontier = ufrontier
+            _cut(lower, ufrontier, reverse)
+        return merge_rows(upper, lower, self.keep_tombstones), frontier
+
+
+class KeyValueIterator:
+    """Base of txstore's closeable iterators of ``(key, value)`` 2-tuples of bytes.
+
+    Use as an iterator and, ideally, as a context manager. After :meth:`close` it reports no next
+    element (``StopIteration``, ``peek_next_key() is None``, ``has_next() is False``) and raises
+    nothing. An iterator that is exhausted closes itself. One garbage-collected while still open
+    emits a ``ResourceWarning``.
+    """
+
+    _closed: bool = True
+
+    def __iter__(self) -> KeyValueIterator:
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        raise StopIteration
+
+    def peek_next_key(self) -> bytes | None:
+        """The key the next ``next()`` returns, without consuming it; None when exhausted."""
+        return None
+
+    def has_next(self) -> bool:
+        """True if ``next()`` would return an element. O(1) amortized."""
+        return self.peek_next_key() is not None
+
+    def close(self) -> None:
+        """Release the iterator. Idempotent. O(1)."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """True once closed (explicitly, by its store, or by exhaustion)."""
+        return self._closed
+
+    def __enter__(self) -> KeyValueIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EmptyIterator(KeyValueIterator):
+    """An iterator with no elements (for empty or invalid ranges)."""
+
+
+class IteratorRegistry:
+    """The open iterators of a store, held weakly; :meth:`close_all` closes them. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._items: weakref.WeakSet[KeyValueIterator] = weakref.WeakSet()
+
+    def add(self, it: KeyValueIterator) -> None:
+        with self._lock:
+            self._items.add(it)
+
+    def discard(self, it: KeyValueIterator) -> None:
+        with self._lock:
+            self._items.discard(it)
+
+    def close_all(self) -> None:
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        for it in items:
+            it.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+class ChunkedIterator(KeyValueIterator):
+    """Iterates a :class:`ChunkSource` over a key range, forward or reverse, in chunks.
+
+    ``next()`` is O(1) from the buffer; a refill costs one chunk read of the source. Rows with a
+    ``None`` value (tombstones) must not reach it: give it a source that drops them.
+    ``on_close`` is called once when the iterator closes (explicitly, by exhaustion or by GC).
+    """
+
+    __slots__ = (
+        "_buf",
+        "_chunk",
+        "_closed",
+        "_done",
+        "_on_close",
+        "_pos",
+        "_reverse",
+        "_rng",
+        "_source",
+    )
+
+    def __init__(
+        self,
+        source: ChunkSource,
+        rng: KeyRange,
+        reverse: bool = False,
+        on_close: Callable[[ChunkedIterator], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._rng = rng
+        self._reverse = reverse
+        self._on_close = on_close
+        self._buf: list[Any] = []
+        self._pos = 0
+        self._chunk = CHUNK_MIN
+        self._done = rng.is_empty()
+        self._closed = False
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        buf = self._buf
+        i = self._pos
+        if i < len(buf):
+            self._pos = i + 1
+            row: tuple[bytes, bytes] = buf[i]
+            return row
+        if self._fill():
+            self._pos = 1
+            row = self._buf[0]
+            return row
+        raise StopIteration
+
+    def _fill(self) -> bool:
+        """Refill the buffer from the source; False (and closed) once exhausted."""
+        while not self._done and not self._closed:
+            n = self._chunk
+            rows, frontier = self._source.read_chunk(self._rng, self._reverse, n)
+            if n < CHUNK_MAX:
+                self._chunk = n * 2
+            if frontier is None:
+                self._done = True
+            else:
+                self._rng = self._rng.after(frontier, self._reverse)
+            if rows:
+                if self._reverse:
+                    rows.reverse()
+                self._buf = rows
+                self._pos = 0
+                return True
+        self._buf = []
+        self._pos = 0
+        self.close()
+        return False
+
+    def peek_next_key(self) -> bytes | None:
+        if self._pos < len(self._buf) or self._fill():
+            key: bytes = self._buf[self._pos][0]
+            return key
+        return None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._done = True
+        self._buf = []
+        self._pos = 0
+        cb, self._on_close = self._on_close, None
+        if cb is not None:
+            cb(self)
+
+    def __del__(self) -> None:
+        if not self._closed:
+            # no on_close callback here: registries hold iterators weakly and forget them
+            # anyway, and a callback taking a lock could run inside that lock's owner (GC).
+            self._closed = True
+            warnings.warn(
+                f"unclosed txstore iterator over {self._rng!r}: close it, or use it in a "
+                "'with' block or until exhaustion",
+                ResourceWarning,
+                stacklevel=2,
+                source=self,
+            )

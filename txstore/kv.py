@@ -1,0 +1,273 @@
+"""Typed key-value stores: serdes and value formats over a bytes key-value store.
+
+One class serves every format: the value codec (:mod:`txstore.formats`) decides whether
+values are plain, :class:`~txstore.types.ValueAndTimestamp` or
+:class:`~txstore.types.ValueTimestampHeaders`. When the bytes underneath are kept in another
+format than the one the store is used in (a timestamped builder over a plain supplier), values
+are converted on every read and write, as Kafka's ``KeyValueToTimestampedKeyValueByteStoreAdapter``
+does: a plain value read through a timestamped store gets the timestamp -1, and a timestamp or
+headers written to a plain store are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+from txstore import codecs
+from txstore.codecs import ValueFormat
+from txstore.errors import InvalidArgumentError
+from txstore.formats import ValueCodec
+from txstore.iterators import KeyValueIterator as BytesIterator
+from txstore.kv_bytes import BytesKeyValueStore
+from txstore.serdes import Serde
+from txstore.types import KeyValue
+
+__all__ = ["KeyValueIterator", "KeyValueStore", "ReadOnlyKeyValueStore"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class KeyValueIterator(Generic[K, V]):
+    """An iterator of :class:`~txstore.types.KeyValue` pairs, deserialized.
+
+    Close it (or use it in a ``with`` block) when done; the store closes it on its own close.
+    After closing it yields nothing. ``peek_next_key()`` returns the next key without
+    advancing, or ``None`` at the end.
+    """
+
+    __slots__ = ("_decode_key", "_decode_value", "_inner")
+
+    def __init__(self, inner: BytesIterator, decode_key: Any, decode_value: Any) -> None:
+        self._inner = inner
+        self._decode_key = decode_key
+        self._decode_value = decode_value
+
+    def __iter__(self) -> Iterator[KeyValue[K, V]]:
+        return self
+
+    def __next__(self) -> KeyValue[K, V]:
+        k, v = next(self._inner)
+        return KeyValue(self._decode_key(k), self._decode_value(v))
+
+    def has_next(self) -> bool:
+        """Whether another pair follows. O(1) amortized."""
+        return self._inner.has_next()
+
+    def peek_next_key(self) -> K | None:
+        """The next key without consuming it, or ``None`` at the end."""
+        k = self._inner.peek_next_key()
+        return None if k is None else self._decode_key(k)
+
+    def close(self) -> None:
+        """Release the iterator's resources; idempotent."""
+        self._inner.close()
+
+    def __enter__(self) -> KeyValueIterator[K, V]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReadOnlyKeyValueStore(Generic[K, V]):
+    """The read half of a typed key-value store (what interactive queries get)."""
+
+    def __init__(
+        self,
+        inner: Any,
+        key_serde: Serde[K],
+        codec: ValueCodec[V],
+        stored_format: ValueFormat | None = None,
+    ) -> None:
+        self._inner = inner
+        self.key_serde = key_serde
+        self.codec = codec
+        self.stored_format = codec.format if stored_format is None else stored_format
+
+    # ---- conversions --------------------------------------------------------------
+
+    def _key(self, key: K | None) -> bytes:
+        if key is None:
+            raise InvalidArgumentError("key cannot be null")
+        kb = self.key_serde.serialize(key)
+        if kb is None:
+            raise InvalidArgumentError(f"the key serde turned {key!r} into null")
+        return kb
+
+    def _bound(self, key: K | None) -> bytes | None:
+        return None if key is None else self._key(key)
+
+    def _decode(self, raw: bytes | None) -> V | None:
+        if raw is None:
+            return None
+        if self.stored_format != self.codec.format:
+            raw = codecs.convert_value(raw, self.stored_format, self.codec.format)
+        result: V | None = self.codec.decode(raw)
+        return result
+
+    def _iter(self, inner: BytesIterator) -> KeyValueIterator[K, V]:
+        return KeyValueIterator(inner, self.key_serde.deserialize, self._decode)
+
+    # ---- reads --------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        name: str = self._inner.name
+        return name
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key``, or ``None``. O(log n)."""
+        return self._decode(self._inner.get(self._key(key)))
+
+    def range(self, key_from: K | None, key_to: K | None) -> KeyValueIterator[K, V]:
+        """Pairs with ``key_from <= key <= key_to`` in key order; ``None`` is unbounded.
+
+        Bounds compare serialized bytes; ``from > to`` gives an empty iterator and a warning.
+        O(log n) to start, O(1) per pair.
+        """
+        return self._iter(self._inner.range(self._bound(key_from), self._bound(key_to)))
+
+    def reverse_range(self, key_from: K | None, key_to: K | None) -> KeyValueIterator[K, V]:
+        """Like :meth:`range`, in descending key order."""
+        return self._iter(self._inner.reverse_range(self._bound(key_from), self._bound(key_to)))
+
+    def all(self) -> KeyValueIterator[K, V]:
+        """Every pair in key order."""
+        return self._iter(self._inner.all())
+
+    def reverse_all(self) -> KeyValueIterator[K, V]:
+        """Every pair in descending key order."""
+        return self._iter(self._inner.reverse_all())
+
+    def prefix_scan(self, prefix: Any, prefix_serializer: Serde[Any]) -> KeyValueIterator[K, V]:
+        """Pairs whose serialized key starts with ``prefix_serializer.serialize(prefix)``."""
+        pb = prefix_serializer.serialize(prefix)
+        if pb is None:
+            raise InvalidArgumentError("prefix cannot be null")
+        return self._iter(self._inner.prefix_scan(pb))
+
+    def approximate_num_entries(self) -> int:
+        """An estimate of the number of pairs (exact when nothing is uncommitted)."""
+        n: int = self._inner.approximate_num_entries()
+        return n
+
+
+class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
+    """A typed key-value store: Kafka's ``KeyValueStore`` with snake_case names.
+
+    Create one with :class:`~txstore.stores.Stores` builders or
+    :meth:`txstore.Database.key_value_store`. Writes of a transactional store are buffered until
+    :meth:`commit`; :meth:`read_committed` gives the committed view other threads see.
+    """
+
+    _inner: BytesKeyValueStore
+
+    def _encode(self, value: V | None) -> bytes | None:
+        raw = self.codec.encode(value)
+        if raw is not None and self.stored_format != self.codec.format:
+            raw = codecs.convert_value(raw, self.codec.format, self.stored_format)
+        return raw
+
+    # ---- writes -------------------------------------------------------------------
+
+    def put(self, key: K, value: V | None) -> None:
+        """Set ``key`` to ``value``; a ``None`` value (or one that serializes to ``None``)
+        deletes. O(1) into the overlay (transactional) or one LMDB write (not)."""
+        self._inner.put(self._key(key), self._encode(value))
+
+    def put_if_absent(self, key: K, value: V | None) -> V | None:
+        """Put only if ``key`` has no value; return the value it had (``None`` if absent)."""
+        kb = self._key(key)
+        old = self._inner.get(kb)
+        if old is None:
+            self._inner.put(kb, self._encode(value))
+            return None
+        return self._decode(old)
+
+    def put_all(self, entries: Iterable[tuple[K, V | None]]) -> None:
+        """Put every ``(key, value)`` pair (``KeyValue`` works too), in order."""
+        self._inner.put_all([(self._key(k), self._encode(v)) for k, v in entries])
+
+    def delete(self, key: K) -> V | None:
+        """Delete ``key``; return the value it had, or ``None``."""
+        return self._decode(self._inner.delete(self._key(key)))
+
+    # ---- transactions -------------------------------------------------------------
+
+    def commit(self, changelog_offset: int) -> None:
+        """Make every buffered write durable together with ``changelog_offset``.
+
+        One LMDB write transaction, synced unless the database was opened with ``sync=False``.
+        An offset below the committed one raises :class:`~txstore.errors.OffsetError`.
+        O(uncommitted writes).
+        """
+        self._inner.commit(changelog_offset)
+
+    def recover(self, offset: int) -> bool:
+        """Discard uncommitted writes (also any spill a crash left on disk); return whether the
+        committed offset is at or past ``offset``. O(uncommitted writes), never O(store size)."""
+        result: bool = self._inner.recover(offset)
+        return result
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The changelog offset of the last commit, or ``None`` if never committed."""
+        offset: int | None = self._inner.committed_offset
+        return offset
+
+    def approximate_num_uncommitted_bytes(self) -> int:
+        """Approximate size of the buffered, uncommitted writes."""
+        n: int = self._inner.approximate_num_uncommitted_bytes()
+        return n
+
+    def read_committed(self) -> ReadOnlyKeyValueStore[K, V]:
+        """A read-only view of committed data only (KIP-892's read-committed isolation).
+
+        Safe to use from other threads while the owner writes and commits; it never blocks
+        the writer.
+        """
+        return ReadOnlyKeyValueStore(
+            self._inner.read_committed(),
+            self.key_serde,
+            self.codec,
+            self.stored_format,
+        )
+
+    # ---- state ----------------------------------------------------------------------
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the store lives in an LMDB file (``False`` for in-memory stores)."""
+        return bool(self._inner.persistent)
+
+    @property
+    def transactional(self) -> bool:
+        """Whether writes are buffered until :meth:`commit`."""
+        return bool(self._inner.transactional)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the store can be used."""
+        return bool(self._inner.is_open)
+
+    @property
+    def format(self) -> ValueFormat:
+        """The value format the store is used in."""
+        return self.codec.format
+
+    def close(self) -> None:
+        """Close the store and its open iterators; idempotent. Uncommitted writes are lost."""
+        self._inner.close()
+
+    def __enter__(self) -> KeyValueStore[K, V]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = "persistent" if self.persistent else "in-memory"
+        return f"<KeyValueStore {self.name!r} {kind} {self.codec.format.name}>"
