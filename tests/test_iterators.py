@@ -24,7 +24,8 @@ from txstore.iterators import (
     read_lmdb_chunk,
 )
 from txstore.kv_bytes import BytesKeyValueStore, MemoryPartition
-from txstore.partition import Partition, PartitionBase
+from txstore.partition import Partition
+from txstore.partition_base import PartitionBase
 
 FLAVOURS = ["lmdb-tx", "lmdb-direct", "memory-tx", "memory-direct"]
 

@@ -23,7 +23,8 @@ from txstore.errors import (
 )
 from txstore.iterators import KeyRange
 from txstore.kv_bytes import BytesKeyValueStore, MemoryPartition
-from txstore.partition import Partition, PartitionBase
+from txstore.partition import Partition
+from txstore.partition_base import PartitionBase
 
 META = {"kind": "key_value", "format": "plain", "config": {"retention": 10}, "format_version": 1}
 
