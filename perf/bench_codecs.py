@@ -836,8 +836,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     single_n = 1000
     sizes = [1000] if args.quick else [1000, 10_000]
     settings = Settings(
-        repeats=args.repeats or (7 if args.quick else 15),
-        target_ns=4_000_000 if args.quick else 20_000_000,
+        repeats=args.repeats or (9 if args.quick else 15),
+        target_ns=6_000_000 if args.quick else 20_000_000,
     )
     started = time.perf_counter()
     data = Data.make(max(max(sizes), single_n))

@@ -1,0 +1,349 @@
+"""The C library behind the batch codecs: the only module that calls ``txstore._codecs``.
+
+A cffi call costs 90-450 ns with its argument conversion, against ~20 ns per item of C work, so
+the C library is called once per *list*: items are packed into one buffer plus a lengths array
+(``-1`` for ``None``), and the result is cut back into ``bytes`` objects with one ``struct``
+call. ``perf/bench_codecs.py`` measures every function here against a pure-Python loop: the
+compute-heavy ones (murmur2, varints) are 6-28x faster, while layouts that Python builds with
+one concatenation per item are bound by the cost of creating the output objects and gain
+little or nothing (see ``docs/formats.md``). Single-item ``murmur2`` lives here too, since
+it is the one single-item codec where C wins.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from itertools import accumulate, repeat
+from typing import Any, cast
+
+from txstore import _codecs
+from txstore.codecs._common import (
+    INT_MAX,
+    LONG_MAX,
+    ValueFormat,
+    _array,
+    _as_bytes,
+    _check_int,
+    _fail,
+    _format,
+)
+from txstore.errors import InvalidArgumentError, InvalidTypeError
+
+_ffi: Any = _codecs.ffi
+_lib: Any = _codecs.lib
+#: Allocates batch output buffers without zeroing them: C writes every byte that is read back.
+_new_output: Any = _ffi.new_allocator(should_clear_after_alloc=False)
+
+
+def _pack(name: str, items: Sequence[bytes | None]) -> tuple[bytes, list[int], bytes]:
+    """Concatenate ``items`` for a batch C call: ``(data, lengths, lengths as C int64s)``, where
+    a ``None`` item has length -1 and no bytes."""
+    try:
+        # No None (the common case): join and len run at C speed, without a Python loop.
+        data = b"".join(items)  # type: ignore[arg-type]
+        lens = list(map(len, items))  # type: ignore[arg-type]
+    except TypeError:
+        try:
+            data = b"".join([x for x in items if x is not None])
+            lens = [-1 if x is None else len(x) for x in items]
+        except TypeError:
+            for x in items:
+                if x is not None:
+                    _as_bytes(name, x)
+            raise
+    return data, lens, struct.pack(f"{len(lens)}q", *lens)
+
+
+#: ``"{n}s"`` struct codes, to cut a batch result into items with one ``struct`` call (longer
+#: items are cut by slicing: for them the copy costs more than the slicing).
+_S_CODES = [f"{n}s" for n in range(1024)]
+
+
+def _cut(data: Any, lens: list[int], trim: int = 0) -> list[bytes]:
+    """Cut the buffer ``data`` into consecutive items of ``lens`` bytes (all >= ``trim``),
+    dropping the last ``trim`` bytes of each. One uncached ``struct`` format builds every item
+    in C: about twice as fast as slicing in a comprehension."""
+    n = len(lens)
+    if n and lens.count(lens[0]) == n:
+        code = f"{lens[0] - trim}s{trim}x" if trim else f"{lens[0]}s"
+        return list(struct.Struct(code * n).unpack(data))
+    if not trim and max(lens, default=0) < len(_S_CODES):
+        return list(struct.Struct("".join(map(_S_CODES.__getitem__, lens))).unpack(data))
+    data = bytes(data)
+    ends = list(accumulate(lens))
+    return [data[e - m : e - trim] for e, m in zip(ends, lens, strict=True)]
+
+
+def _unpack(buf: Any, total: int, lens: Any, n: int) -> list[bytes | None]:
+    """Split a batch C result (``total`` bytes, ``n`` lengths, -1 for ``None``) into items."""
+    data = _ffi.buffer(buf, total)
+    out_lens: list[int] = _ffi.unpack(lens, n)
+    if -1 not in out_lens:
+        return cast("list[bytes | None]", _cut(data, out_lens))
+    # A few None items (tombstones): cut them as empty items, then put None in their place.
+    items = cast("list[bytes | None]", _cut(data, [m if m >= 0 else 0 for m in out_lens]))
+    pos = -1
+    for _ in range(out_lens.count(-1)):
+        pos = out_lens.index(-1, pos + 1)
+        items[pos] = None
+    return items
+
+
+def _c_ints(typecode: str, name: str, values: Sequence[int]) -> bytes:
+    """``values`` as native C ints (``q``: int64, ``i``: int32) for a batch C call, with the
+    typed errors of :func:`_array`."""
+    try:
+        return struct.pack(f"{len(values)}{typecode}", *values)
+    except (struct.error, TypeError):
+        return _array(typecode, name, values).tobytes()
+
+
+def encode_varints(values: Sequence[int]) -> bytes:
+    """Concatenated zig-zag varints of many ints, in one C call."""
+    n = len(values)
+    arr = None
+    if set(map(type, values)) <= {int}:  # no bools or other int subclasses: as _check_int
+        with suppress(struct.error):  # out of range: reported below, as _check_int words it
+            arr = struct.pack(f"{n}i", *values)
+    if arr is None:
+        for v in values:
+            _check_int("varint value", v)
+        arr = _array("i", "varint values", values).tobytes()
+    out = _new_output("uint8_t[]", 5 * n + 1)
+    total = _lib.txc_varint_encode_batch(_ffi.from_buffer("int32_t[]", arr), n, out, 5 * n + 1)
+    if total < 0:
+        raise _fail(total, "varints")
+    return bytes(_ffi.buffer(out, total))
+
+
+def decode_varints(buf: bytes) -> list[int]:
+    """Decode a buffer made only of zig-zag varints, in one C call."""
+    buf = _as_bytes("buf", buf)
+    n = len(buf)
+    out = _ffi.new("int32_t[]", n + 1)
+    count = _lib.txc_varint_decode_batch(_ffi.from_buffer(buf), n, out, n + 1)
+    if count < 0:
+        raise _fail(count, "varints")
+    return list(_ffi.unpack(out, count))
+
+
+def convert_values(
+    raws: Sequence[bytes | None], src: ValueFormat, dst: ValueFormat
+) -> list[bytes | None]:
+    """Batch :func:`convert_value`, one C call for the whole list."""
+    src, dst = _format(src), _format(dst)
+    data, lens, c_lens = _pack("value", raws)
+    n = len(lens)
+    cap = _lib.txc_convert_bound(len(data), n) + 1
+    out = _new_output("uint8_t[]", cap)
+    out_lens = _ffi.new("int64_t[]", n)
+    c_data, c_lens_p = _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens)
+    total = _lib.txc_convert_batch(src, dst, c_data, c_lens_p, n, out, cap, out_lens)
+    if total < 0:
+        raise _fail(total, f"{src.name} values")
+    return _unpack(out, total, out_lens, n)
+
+
+def split_values(
+    fmt: ValueFormat, raws: Sequence[bytes | None]
+) -> list[tuple[bytes, int | None, bytes] | None]:
+    """Batch :func:`split_value`; ``None`` items give ``None``."""
+    fmt = _format(fmt)
+    data, lens, c_lens = _pack("value", raws)
+    n = len(lens)
+    parts = _ffi.new("int64_t[]", 6 * n + 1)
+    bad = _ffi.new("int64_t *")
+    r = _lib.txc_split_batch(
+        fmt, _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens), n, parts, bad
+    )
+    if r < 0:
+        raise _fail(r, f"{fmt.name} value at index {bad[0]}")
+    # 6 int64 per item (hoff, hlen, has_ts, ts, voff, vlen), read as columns by strided array
+    # slices: no Python int is made for the columns that are not used.
+    p = array("q")
+    p.frombytes(_ffi.buffer(parts, 48 * n))
+    ts_column: Iterable[int | None] = p[3::6] if fmt.has_timestamp else repeat(None, n)
+    return [
+        None if vlen < 0 else (data[voff : voff + vlen], ts, data[hoff : hoff + hlen])
+        for hoff, hlen, ts, voff, vlen in zip(
+            p[0::6], p[1::6], ts_column, p[4::6], p[5::6], strict=True
+        )
+    ]
+
+
+def records_to_values(
+    fmt: ValueFormat,
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[bytes],
+) -> list[bytes | None]:
+    """Batch :func:`record_to_value` in one C call (restore's hot path)."""
+    fmt = _format(fmt)
+    n = len(values)
+    if len(timestamps) != n or len(headers) != n:
+        raise InvalidArgumentError("values, timestamps and headers must have the same length")
+    vdata, _, c_vlens = _pack("value", values)
+    hdata, hlens, c_hlens = _pack("headers", headers)
+    if -1 in hlens:
+        raise InvalidTypeError("record headers must be bytes (use b'' for no headers)")
+    ts = _c_ints("q", "timestamps", timestamps)
+    cap = _lib.txc_convert_bound(len(vdata) + len(hdata), n) + 1
+    out = _new_output("uint8_t[]", cap)
+    out_lens = _ffi.new("int64_t[]", n)
+    total = _lib.txc_records_to_format_batch(
+        fmt,
+        _ffi.from_buffer(vdata),
+        _ffi.from_buffer("int64_t[]", c_vlens),
+        _ffi.from_buffer("int64_t[]", ts),
+        _ffi.from_buffer(hdata),
+        _ffi.from_buffer("int64_t[]", c_hlens),
+        n,
+        out,
+        cap,
+        out_lens,
+    )
+    if total < 0:
+        raise _fail(total, "changelog records")
+    return _unpack(out, total, out_lens, n)
+
+
+def window_keys(
+    keys: Sequence[bytes], timestamps: Sequence[int], seqs: Sequence[int] | None = None
+) -> list[bytes]:
+    """Batch :func:`window_key` in one C call."""
+    n = len(keys)
+    if len(timestamps) != n or (seqs is not None and len(seqs) != n):
+        raise InvalidArgumentError("keys, timestamps and seqs must have the same length")
+    data, lens, c_lens = _pack("key", keys)
+    if -1 in lens:
+        raise InvalidArgumentError("a window key cannot be None")
+    ts = _c_ints("q", "timestamps", timestamps)
+    sq = _c_ints("i", "seqs", seqs) if seqs is not None else bytes(4 * n)
+    cap = len(data) + 12 * n
+    out = _new_output("uint8_t[]", cap + 1)
+    total = _lib.txc_window_keys_encode_batch(
+        _ffi.from_buffer(data),
+        _ffi.from_buffer("int64_t[]", c_lens),
+        _ffi.from_buffer("int64_t[]", ts),
+        _ffi.from_buffer("int32_t[]", sq),
+        n,
+        out,
+        cap,
+    )
+    if total < 0:
+        raise _fail(total, "window keys")
+    return _cut(_ffi.buffer(out, total), [x + 12 for x in lens])
+
+
+def extract_window_keys(raws: Sequence[bytes]) -> list[tuple[bytes, int, int]]:
+    """Batch :func:`extract_window_key` in one C call."""
+    data, lens, c_lens = _pack("window store key", raws)
+    n = len(lens)
+    klens = _ffi.new("int64_t[]", n + 1)
+    ts = _ffi.new("int64_t[]", n + 1)
+    sq = _ffi.new("int32_t[]", n + 1)
+    r = _lib.txc_window_keys_extract_batch(
+        _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens), n, klens, ts, sq
+    )
+    if r < 0:
+        raise _fail(r, "window store keys")
+    # Every raw is >= 12 bytes (C checked): its key is all but its last 12 bytes.
+    keys = _cut(data, lens, 12)
+    return list(zip(keys, _ffi.unpack(ts, n), _ffi.unpack(sq, n), strict=True))
+
+
+def session_keys(keys: Sequence[bytes], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+    """Batch :func:`session_key` in one C call."""
+    n = len(keys)
+    if len(starts) != n or len(ends) != n:
+        raise InvalidArgumentError("keys, starts and ends must have the same length")
+    data, lens, c_lens = _pack("key", keys)
+    if -1 in lens:
+        raise InvalidArgumentError("a session key cannot be None")
+    cap = len(data) + 16 * n
+    out = _new_output("uint8_t[]", cap + 1)
+    total = _lib.txc_session_keys_encode_batch(
+        _ffi.from_buffer(data),
+        _ffi.from_buffer("int64_t[]", c_lens),
+        _ffi.from_buffer("int64_t[]", _c_ints("q", "ends", ends)),
+        _ffi.from_buffer("int64_t[]", _c_ints("q", "starts", starts)),
+        n,
+        out,
+        cap,
+    )
+    if total < 0:
+        raise _fail(total, "session keys")
+    return _cut(_ffi.buffer(out, total), [x + 16 for x in lens])
+
+
+def extract_session_keys(raws: Sequence[bytes]) -> list[tuple[bytes, int, int]]:
+    """Batch :func:`extract_session_key` in one C call."""
+    data, lens, c_lens = _pack("session store key", raws)
+    n = len(lens)
+    klens = _ffi.new("int64_t[]", n + 1)
+    ends = _ffi.new("int64_t[]", n + 1)
+    starts = _ffi.new("int64_t[]", n + 1)
+    r = _lib.txc_session_keys_extract_batch(
+        _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens), n, klens, ends, starts
+    )
+    if r < 0:
+        raise _fail(r, "session store keys")
+    # Every raw is >= 16 bytes (C checked): its key is all but its last 16 bytes.
+    keys = _cut(data, lens, 16)
+    return list(zip(keys, _ffi.unpack(starts, n), _ffi.unpack(ends, n), strict=True))
+
+
+def segment_ids(timestamps: Sequence[int], interval: int) -> list[int]:
+    """Batch :func:`segment_id` in one C call."""
+    if type(interval) is not int or not 1 <= interval <= LONG_MAX:
+        raise InvalidArgumentError(f"segment interval must be an int >= 1, got {interval!r}")
+    n = len(timestamps)
+    ts = _c_ints("q", "timestamps", timestamps)
+    out = array("q", bytes(8 * n))
+    _lib.txc_segment_ids_batch(
+        _ffi.from_buffer("int64_t[]", ts), n, interval, _ffi.from_buffer("int64_t[]", out)
+    )
+    return out.tolist()
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (a signed 32-bit int), computed in C."""
+    if type(data) is not bytes:
+        data = _as_bytes("data", data)
+    return int(_lib.txc_murmur2(data, len(data)))
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """``toPositive(murmur2(key)) % num_partitions``, the default Kafka partitioner.
+
+    >>> partition_for_key(b"key", 3)
+    1
+    """
+    if type(num_partitions) is not int or not 1 <= num_partitions <= INT_MAX:
+        raise InvalidArgumentError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
+    if type(key) is bytes:  # murmur2, inlined
+        h: int = _lib.txc_murmur2(key, len(key))
+        return (h & 0x7FFFFFFF) % num_partitions
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]:
+    """Batch :func:`partition_for_key` in one C call."""
+    if type(num_partitions) is not int or not 1 <= num_partitions <= INT_MAX:
+        raise InvalidArgumentError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
+    data, lens, c_lens = _pack("key", keys)
+    if -1 in lens:
+        raise InvalidArgumentError("a key to partition cannot be None")
+    n = len(lens)
+    out = array("i", bytes(4 * n))
+    _lib.txc_partitions_batch(
+        _ffi.from_buffer(data),
+        _ffi.from_buffer("int64_t[]", c_lens),
+        n,
+        num_partitions,
+        _ffi.from_buffer("int32_t[]", out),
+    )
+    return out.tolist()
