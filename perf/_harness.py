@@ -19,7 +19,16 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Settings", "Timing", "compare", "consume", "fmt_ns", "fmt_ratio", "table"]
+__all__ = [
+    "Settings",
+    "Timing",
+    "compare",
+    "compare_staged",
+    "consume",
+    "fmt_ns",
+    "fmt_ratio",
+    "table",
+]
 
 
 def consume(iterable: Iterable[object]) -> None:
@@ -86,6 +95,54 @@ def compare(
             gc.enable()
     return {
         name: Timing(statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()
+    }
+
+
+def compare_staged(
+    variants: Mapping[str, Callable[[], Mapping[str, int]]],
+    items: int,
+    rounds: int,
+    warmup: int = 1,
+) -> dict[str, dict[str, Timing]]:
+    """Time variants that need untimed set-up and tear-down around each run.
+
+    Each variant is called once per round (interleaved and rotated as in :func:`compare`) and
+    times itself: it returns nanoseconds per *phase* (e.g. ``{"put": ..., "commit": ...}``),
+    measured around its own timed part only. The result maps each variant to its phases, each
+    a :class:`Timing` in ns per item (median over the rounds); a ``"total"`` phase (the sum of
+    the phases) is added when the variant does not return one. ``warmup`` untimed calls of
+    each variant run first. The garbage collector is off during the calls and a full
+    collection runs, untimed, before each one.
+    """
+    names = list(variants)
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(warmup):
+            for name in names:
+                gc.collect()
+                variants[name]()
+        for r in range(rounds):
+            k = r % len(names)
+            order = names[k:] + names[:k]
+            if r % 2:
+                order.reverse()
+            for name in order:
+                gc.collect()
+                phases = dict(variants[name]())
+                phases.setdefault("total", sum(phases.values()))
+                for phase, ns in phases.items():
+                    samples[name].setdefault(phase, []).append(ns / items)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {
+        name: {
+            phase: Timing(statistics.median(s), min(s), max(s), len(s))
+            for phase, s in phases.items()
+        }
+        for name, phases in samples.items()
     }
 
 

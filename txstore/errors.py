@@ -61,3 +61,29 @@ class StoreClosedError(InvalidStateStoreError):
 class SnapshotInvalidatedError(InvalidStateStoreError):
     """A read-committed snapshot can no longer be read (the LMDB map was resized, or a database
     it reads was dropped, in this process): take a new snapshot and retry."""
+
+
+class ChangelogCorruptionError(StorageError):
+    """A checksum or structure check failed inside *committed* changelog data.
+
+    Never raised for a torn or uncommitted tail (that is truncated on open). ``path`` is the
+    segment file, ``position`` the byte position of the bad frame in it, ``offset`` the first
+    record offset it should hold (None when unknown).
+    """
+
+    def __init__(
+        self, message: str, *, path: str, position: int, offset: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.position = position
+        self.offset = offset
+
+
+class WriterLockedError(TxStoreError):
+    """Another process holds the single-writer lock (open read-only instead, or stop it)."""
+
+
+class UnsupportedOperationError(TxStoreError, NotImplementedError):
+    """The store does not implement this operation (Kafka's ``UnsupportedOperationException``),
+    e.g. the time-only ``find_sessions`` of a persistent session store."""
