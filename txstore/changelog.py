@@ -50,6 +50,7 @@ from txstore.changelog_api import (
     to_policy,
 )
 from txstore.changelog_cleaner import CleanResult, compact_segments, expired_prefix
+from txstore.changelog_format import T_MARKER, Frame, FrameReader
 from txstore.changelog_reader import (
     BatchIterator,
     ChangelogRecord,
@@ -392,6 +393,36 @@ class FileChangelog(TransactionWriter, SegmentSource):
         """
         return RecordIterator(self.read_committed_batches(from_offset))
 
+    def rollback_last_commit(self) -> CommitInfo:
+        """Undo the last committed transaction: its records and marker are truncated away.
+
+        For a coordinator that commits several changelogs as one transaction (a task) and
+        crashed after committing some of them but not all: the ones that got ahead are rolled
+        back to the common commit. Only the last transaction can be undone; the offsets it
+        used are given to the next one. An open transaction is aborted first. Returns the
+        undone range ``CommitInfo(start, end, input_position)``. O(size of the last segment).
+        """
+        self._check_writable()
+        if not self._segments or self._last_position is None:
+            raise InvalidArgumentError(f"changelog {self.path!r} has no commit to roll back")
+        self.abort()
+        undone = CommitInfo(-1, self._committed_end, self._last_position)
+        seg = self._segments[-1]
+        cut = _previous_marker_end(self._fd, self._committed_pos)
+        if cut is None:  # the transaction opened this segment: drop the whole file
+            os.close(self._fd)
+            self._fd = -1
+            os.unlink(seg.path)
+        else:
+            os.ftruncate(self._fd, cut)
+            if self.fsync:
+                os.fdatasync(self._fd)
+        if self.fsync:
+            fsync_dir(self.path)
+        self._install(load_segments(self.path, repair=True))
+        self._open_active()
+        return CommitInfo(self._committed_end, undone.end_offset, undone.input_position)
+
     def verify(self) -> int:
         """Read and check every committed record (CRCs and structure); return how many there
         are. Raises :class:`~txstore.errors.ChangelogCorruptionError` at the first bad one."""
@@ -533,3 +564,17 @@ def _ino(path: str) -> int | None:
         return os.stat(path).st_ino
     except FileNotFoundError:
         return None
+
+
+def _previous_marker_end(fd: int, size: int) -> int | None:
+    """End position of the second-to-last commit marker of a segment of ``size`` bytes (whose
+    last frame is a marker); None if the segment holds only one marker."""
+    reader = FrameReader(fd, 0, size)
+    ends: list[int] = []
+    while True:
+        frame = reader.next()
+        if not isinstance(frame, Frame):
+            break
+        if frame.ftype == T_MARKER:
+            ends.append(frame.end)
+    return ends[-2] if len(ends) >= 2 else None
