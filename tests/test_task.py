@@ -1,0 +1,168 @@
+"""The task lifecycle: commit, crash at every point, recover and restore without a wipe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._task_child import model, open_task, process, state
+from txstore.errors import InvalidStateStoreError, StoreClosedError
+from txstore.task import TaskCorruptedError
+
+CHILD = str(Path(__file__).with_name("_task_child.py"))
+ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def run_child(path: Path, total: int, every: int, faults: str = "") -> int:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("TXSTORE_FAULTS", None)
+    if faults:
+        env["TXSTORE_FAULTS"] = faults
+    proc = subprocess.run(
+        [sys.executable, CHILD, str(path), str(total), str(every)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode not in (0, -signal.SIGKILL):
+        raise AssertionError(proc.stderr)
+    return proc.returncode
+
+
+def recovered_state(path: Path) -> tuple[int, dict[str, dict[str, object]]]:
+    with open_task(str(path)) as task:
+        task.initialize()
+        return task.input_position or 0, state(task)
+
+
+def test_commit_and_reopen(tmp_path: Path) -> None:
+    with open_task(str(tmp_path)) as task:
+        task.initialize()
+        for i in range(30):
+            process(task, i)
+        task.commit(30)
+        for i in range(30, 35):
+            process(task, i)  # never committed
+    pos, st = recovered_state(tmp_path)
+    assert pos == 30
+    assert st == model(30)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "task.before_changelog_commit",
+        "changelog.after_append",
+        "task.between_changelog_commits",
+        "task.after_changelog_commit",
+        "task.after_store_commit",
+    ],
+)
+def test_crash_at_each_commit_point_loses_nothing_and_leaks_nothing(
+    tmp_path: Path, point: str
+) -> None:
+    # The 3rd time the point is reached the writer is SIGKILLed.
+    assert run_child(tmp_path, 200, 20, f"{point}=3") == -signal.SIGKILL
+    pos, st = recovered_state(tmp_path)
+    assert pos % 20 == 0 and 0 <= pos <= 60
+    assert st == model(pos), "recovered state differs from the committed input"
+    # Resuming finishes the stream exactly once.
+    assert run_child(tmp_path, 200, 20) == 0
+    pos, st = recovered_state(tmp_path)
+    assert (pos, st) == (200, model(200))
+
+
+def test_crash_between_changelog_commits_rolls_back_the_ones_ahead(tmp_path: Path) -> None:
+    # Two "between" points per commit (three changelogs): the 5th is inside the 3rd commit,
+    # after the first changelog ("counts") committed it and before the others did.
+    assert run_child(tmp_path, 100, 10, "task.between_changelog_commits=5") == -signal.SIGKILL
+    with open_task(str(tmp_path)) as task:
+        report = task.initialize()
+        assert report.rolled_back == {"counts": 10}
+        assert task.input_position == 20
+        assert state(task) == model(20)
+
+
+def test_crash_after_changelog_commit_replays_the_missing_range(tmp_path: Path) -> None:
+    assert run_child(tmp_path, 100, 10, "task.after_changelog_commit=2") == -signal.SIGKILL
+    with open_task(str(tmp_path)) as task:
+        report = task.initialize()
+        assert task.input_position == 20
+        assert report.restored["counts"] == 10  # the second commit's records, nothing more
+        assert state(task) == model(20)
+
+
+def test_crash_during_restore_resumes(tmp_path: Path) -> None:
+    from txstore import task as task_module
+
+    # Commit 400 records to the changelogs but never to the stores...
+    assert run_child(tmp_path, 400, 400, "task.after_changelog_commit=1") == -signal.SIGKILL
+    # ...then crash the restoring process after its first restore batch.
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import txstore.task as t; t.RESTORE_BATCH = 50\n"
+        "from tests._task_child import open_task\n"
+        "open_task(%r).initialize()\n"
+    ) % (ROOT, str(tmp_path))
+    env = dict(os.environ, TXSTORE_FAULTS="task.restore_batch=2")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    old = task_module.RESTORE_BATCH
+    task_module.RESTORE_BATCH = 50
+    try:
+        with open_task(str(tmp_path)) as task:
+            report = task.initialize()
+            assert 0 < report.restored["counts"] < 400  # resumed, not restarted
+            assert state(task) == model(400)
+    finally:
+        task_module.RESTORE_BATCH = old
+
+
+def test_store_ahead_of_its_changelog_is_task_corruption(tmp_path: Path) -> None:
+    run_child(tmp_path, 20, 10)
+    for f in (tmp_path / "changelog" / "counts").glob("*.log"):
+        f.unlink()
+    with open_task(str(tmp_path)) as task, pytest.raises(TaskCorruptedError):
+        task.initialize()
+
+
+def test_lifecycle_errors(tmp_path: Path) -> None:
+    task = open_task(str(tmp_path))
+    with pytest.raises(InvalidStateStoreError, match="initialize"):
+        task.commit(1)
+    task.initialize()
+    with pytest.raises(InvalidStateStoreError, match="before initialize"):
+        open_task_store = task.key_value_store  # adding a store after initialize
+        from txstore import Serdes, Stores
+
+        open_task_store(
+            Stores.key_value_store_builder(
+                Stores.persistent_key_value_store("late"), Serdes.string(), Serdes.long()
+            )
+        )
+    task.close()
+    task.close()
+    with pytest.raises(StoreClosedError):
+        task.commit(1)
+
+
+def test_abort_discards_since_last_commit(tmp_path: Path) -> None:
+    with open_task(str(tmp_path)) as task:
+        task.initialize()
+        for i in range(10):
+            process(task, i)
+        task.commit(10)
+        for i in range(10, 20):
+            process(task, i)
+        task.abort()
+        assert state(task) == model(10)
+        for i in range(10, 20):
+            process(task, i)
+        task.commit(20)
+    assert recovered_state(tmp_path) == (20, model(20))

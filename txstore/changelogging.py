@@ -1,0 +1,96 @@
+"""The change-logging layer: every write to a store is also appended to its changelog.
+
+Kafka Streams' ``ChangeLogging*BytesStore`` sits between the typed store and the bytes store;
+so does :class:`ChangeLoggingKeyValueBytesStore`. It forwards every call to the bytes store and,
+for writes, appends a changelog record in Kafka's changelog representation:
+
+* the record **value** is the plain value, without the timestamp or headers prefix of the
+  store's format (``None`` for a delete);
+* the record **timestamp** is the stored timestamp for timestamped formats, otherwise (and for
+  deletes) the timestamp of the record being processed (:class:`RecordContext`);
+* the record **headers** are the stored headers for header formats, otherwise (and for deletes)
+  the headers of the record being processed.
+
+Restoring goes the other way through the record converters
+(:func:`txstore.codecs.records_to_values`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from txstore import codecs
+from txstore.changelog_api import Changelog
+from txstore.codecs import ValueFormat
+
+__all__ = ["ChangeLoggingKeyValueBytesStore", "RecordContext"]
+
+
+@dataclass
+class RecordContext:
+    """The timestamp and serialized headers of the input record being processed; the task sets
+    it before processing each record (Kafka's ``ProcessorContext`` record metadata)."""
+
+    timestamp: int = -1
+    headers: bytes = b""
+
+
+class ChangeLoggingKeyValueBytesStore:
+    """A bytes key-value store whose writes are appended to ``changelog`` as well.
+
+    Reads and everything else go straight to the wrapped store. The changelog append follows
+    the store write, in the same thread; both are part of the task's open transaction, so a
+    crash before the task commits discards both.
+    """
+
+    def __init__(
+        self, inner: Any, changelog: Changelog, fmt: ValueFormat, context: RecordContext
+    ) -> None:
+        self.inner = inner
+        self.changelog = changelog
+        self.format = ValueFormat(fmt)
+        self.context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _record(self, key: bytes, raw: bytes | None) -> tuple[bytes, bytes | None, int, bytes]:
+        ctx = self.context
+        if raw is None:
+            return key, None, ctx.timestamp, ctx.headers
+        fmt = self.format
+        if fmt == ValueFormat.PLAIN:
+            return key, raw, ctx.timestamp, ctx.headers
+        value, ts, headers = codecs.split_value(fmt, raw)
+        return (
+            key,
+            value,
+            ctx.timestamp if ts is None else ts,
+            headers if fmt.has_headers else ctx.headers,
+        )
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Write to the store, then log the write."""
+        self.inner.put(key, value)
+        self.changelog.append(*self._record(key, value))
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write every pair to the store, then log them in one append."""
+        pairs = list(entries)
+        self.inner.put_all(pairs)
+        self.changelog.append_many([self._record(k, v) for k, v in pairs])
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
+        """Put only if absent; a write that happened is logged."""
+        old: bytes | None = self.inner.put_if_absent(key, value)
+        if old is None:
+            self.changelog.append(*self._record(key, value))
+        return old
+
+    def delete(self, key: bytes) -> bytes | None:
+        """Delete from the store and log a tombstone."""
+        old: bytes | None = self.inner.delete(key)
+        self.changelog.append(*self._record(key, None))
+        return old
