@@ -105,11 +105,11 @@ def test_crash_during_restore_resumes(tmp_path: Path) -> None:
     assert run_child(tmp_path, 400, 400, "task.after_changelog_commit=1") == -signal.SIGKILL
     # ...then crash the restoring process after its first restore batch.
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {ROOT!r})\n"
         "import txstore.task as t; t.RESTORE_BATCH = 50\n"
         "from tests._task_child import open_task\n"
-        "open_task(%r).initialize()\n"
-    ) % (ROOT, str(tmp_path))
+        f"open_task({str(tmp_path)!r}).initialize()\n"
+    )
     env = dict(os.environ, TXSTORE_FAULTS="task.restore_batch=2")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
