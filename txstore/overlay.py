@@ -44,6 +44,7 @@ from typing import Any, Final
 import lmdb
 from sortedcontainers import SortedList
 
+from txstore import faults
 from txstore.errors import StorageError
 from txstore.iterators import (
     KeyRange,
@@ -336,6 +337,7 @@ class DbOverlay:
         rows: list[Row] = [(k, mem[k]) for k in self._index]
         spill = self._owner.spill_env()
         spill.write(self.name, rows)
+        faults.point("overlay.spill")  # spilled to disk, memory tier not yet cleared
         self.spilled_bytes += self.mem_bytes
         self.spilled_entries += len(rows)
         self.spilled_tombstones += self.tombstones
