@@ -7,6 +7,7 @@ compare against.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -21,6 +22,9 @@ from txstore.task import Task
 
 
 def open_task(path: str, **kwargs: Any) -> Task:
+    budget = os.environ.get("TASK_CHILD_OVERLAY_BUDGET")
+    if budget:
+        kwargs.setdefault("overlay_budget_bytes", int(budget))
     task = Task(path, changelog_options={"segment_bytes": 4096}, **kwargs)
     task.key_value_store(
         Stores.key_value_store_builder(

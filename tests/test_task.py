@@ -18,8 +18,10 @@ CHILD = str(Path(__file__).with_name("_task_child.py"))
 ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-def run_child(path: Path, total: int, every: int, faults: str = "") -> int:
+def run_child(path: Path, total: int, every: int, faults: str = "", budget: int = 0) -> int:
     env = dict(os.environ, PYTHONPATH=ROOT)
+    if budget:
+        env["TASK_CHILD_OVERLAY_BUDGET"] = str(budget)
     env.pop("TXSTORE_FAULTS", None)
     if faults:
         env["TXSTORE_FAULTS"] = faults
@@ -61,6 +63,7 @@ def test_commit_and_reopen(tmp_path: Path) -> None:
         "changelog.after_append",
         "task.between_changelog_commits",
         "task.after_changelog_commit",
+        "partition.mid_commit",
         "task.after_store_commit",
     ],
 )
@@ -76,6 +79,17 @@ def test_crash_at_each_commit_point_loses_nothing_and_leaks_nothing(
     assert run_child(tmp_path, 200, 20) == 0
     pos, st = recovered_state(tmp_path)
     assert (pos, st) == (200, model(200))
+
+
+def test_crash_while_spilling_leaves_only_committed_state(tmp_path: Path) -> None:
+    # A 1 KiB overlay budget spills every few records; the 5th spill is SIGKILLed.
+    assert run_child(tmp_path, 300, 100, "overlay.spill=5", budget=1024) == -signal.SIGKILL
+    assert (tmp_path / "spill").exists()  # the crash left spilled data behind
+    pos, st = recovered_state(tmp_path)
+    assert not (tmp_path / "spill").exists() or not any((tmp_path / "spill").iterdir())
+    assert st == model(pos)
+    assert run_child(tmp_path, 300, 100, budget=1024) == 0
+    assert recovered_state(tmp_path) == (300, model(300))
 
 
 def test_crash_between_changelog_commits_rolls_back_the_ones_ahead(tmp_path: Path) -> None:
