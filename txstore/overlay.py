@@ -328,13 +328,27 @@ class DbOverlay:
             self._index.update(self._pending)
             self._pending = []
 
+    def _sorted_rows(self) -> list[Row]:
+        """The memory tier's rows in key order. When no range scan has built the index, one
+        ``sorted`` of the dict's items is cheaper than building the index and looking every key
+        up again (measured on 200k keys: 438 against 707 ns a key); keys are unique, so the
+        tuples never compare their values."""
+        mem = self._mem
+        if not self._index:
+            return sorted(mem.items())
+        self._sync_index()
+        return [(k, mem[k]) for k in self._index]
+
+    @property
+    def may_hold_tombstones(self) -> bool:
+        """False only when no staged row can be a tombstone (lets commit skip a filter)."""
+        return bool(self.tombstones or self.spilled)
+
     def spill(self) -> None:
         """Move the memory tier, sorted, to the spill tier. O(m log m + m log N)."""
         if not self._mem:
             return
-        self._sync_index()
-        mem = self._mem
-        rows: list[Row] = [(k, mem[k]) for k in self._index]
+        rows: list[Row] = self._sorted_rows()
         spill = self._owner.spill_env()
         spill.write(self.name, rows)
         faults.point("overlay.spill")  # spilled to disk, memory tier not yet cleared
@@ -348,6 +362,7 @@ class DbOverlay:
         self._owner.mem_bytes -= self.mem_bytes
         self._mem = {}
         self._index = SortedList()
+        self._pending = []
         self.mem_bytes = 0
         self.tombstones = 0
 
@@ -374,9 +389,7 @@ class DbOverlay:
         """All staged rows in ascending key order, in chunks (for commit)."""
         if self._merged is None:
             if self._mem:
-                self._sync_index()
-                mem = self._mem
-                yield [(k, mem[k]) for k in self._index]
+                yield self._sorted_rows()
             return
         rng = KeyRange()
         while True:
