@@ -20,9 +20,11 @@ from txstore.errors import (
     StorageError,
     StoreClosedError,
     TxStoreError,
+    UnsupportedOperationError,
 )
 from txstore.formats import DslStoreFormat
 from txstore.serdes import Serde, Serdes, register_serde, serde_by_name
+from txstore.session import ReadOnlySessionStore, SessionStore
 from txstore.stores import Stores
 from txstore.types import (
     NO_TIMESTAMP,
@@ -37,6 +39,7 @@ from txstore.types import (
     ValueTimestampHeaders,
     Windowed,
 )
+from txstore.window import ReadOnlyWindowStore, WindowStore
 
 __version__ = "0.1.0"
 
@@ -54,19 +57,24 @@ __all__ = [
     "KeyValue",
     "OffsetError",
     "ReadOnlyError",
+    "ReadOnlySessionStore",
+    "ReadOnlyWindowStore",
     "Serde",
     "Serdes",
     "SerializationError",
+    "SessionStore",
     "SessionWindow",
     "StorageError",
     "StoreClosedError",
     "Stores",
     "TimeWindow",
     "TxStoreError",
+    "UnsupportedOperationError",
     "ValueAndHeaders",
     "ValueAndTimestamp",
     "ValueFormat",
     "ValueTimestampHeaders",
+    "WindowStore",
     "Windowed",
     "__version__",
     "open",

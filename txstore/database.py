@@ -7,10 +7,13 @@ several stores in one LMDB transaction (atomic across stores, which Kafka cannot
 >>> import tempfile, txstore
 >>> with txstore.open(tempfile.mkdtemp()) as db:
 ...     users = db.key_value_store("users", txstore.Serdes.string(), txstore.Serdes.json())
+...     clicks = db.window_store("clicks", txstore.Serdes.string(), txstore.Serdes.long(),
+...                              retention=3_600_000, window_size=60_000)
 ...     users.put("u1", {"name": "Ada"})
-...     db.commit({"users": 41})
-...     users.committed_offset, users.get("u1")
-(41, {'name': 'Ada'})
+...     clicks.put("u1", 3, 120_000)
+...     db.commit({"users": 41, "clicks": 41})
+...     users.committed_offset, users.get("u1"), clicks.fetch("u1", 120_000)
+(41, {'name': 'Ada'}, 3)
 """
 
 from __future__ import annotations
@@ -19,14 +22,34 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from txstore.adapters import check_upgrade, find_adapter
 from txstore.codecs import ValueFormat
-from txstore.errors import InvalidArgumentError, InvalidTypeError, StoreClosedError
+from txstore.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    StoreClosedError,
+)
 from txstore.formats import value_codec
 from txstore.kv import KeyValueStore
 from txstore.kv_bytes import BytesKeyValueStore
 from txstore.partition import Partition
+from txstore.partition_base import PartitionBase
+from txstore.schemas import SessionKeySchema, WindowKeySchema
+from txstore.segments import SegmentedBytesStore
 from txstore.serdes import Serde, Serdes
-from txstore.stores import KeyValueStoreBuilder, KeyValueStoreSupplier
+from txstore.session import SessionStore
+from txstore.stores import (
+    KeyValueStoreBuilder,
+    KeyValueStoreSupplier,
+    SessionBytesStoreSupplier,
+    SessionStoreBuilder,
+    WindowBytesStoreSupplier,
+    WindowStoreBuilder,
+    _session,
+    _window,
+)
+from txstore.upgrade import KV_DB_SUFFIX, UpgradingBytesKeyValueStore
+from txstore.window import WindowStore
 
 __all__ = ["Database", "open"]
 
@@ -35,23 +58,85 @@ V = TypeVar("V")
 
 #: Metadata format version of key-value stores written by this release.
 KV_FORMAT_VERSION = 1
+#: Metadata format version of window and session stores written by this release.
+SEGMENTED_FORMAT_VERSION = 1
 
-_FIELDS = {
-    ValueFormat.PLAIN: frozenset(),
-    ValueFormat.TIMESTAMPED: frozenset({"ts"}),
-    ValueFormat.HEADERS: frozenset({"ts", "headers"}),
-    ValueFormat.PLAIN_HEADERS: frozenset({"headers"}),
-}
+#: Metadata fields a store keeps for itself across upgrades (not part of a reopen's request).
+_INTERNAL = ("db", "legacy")
 
 
-def _check_adaptable(name: str, stored: ValueFormat, used: ValueFormat) -> None:
-    """A store may be used in a richer format than it stores (an upgrade adapter), never in
-    a poorer one: that would silently drop timestamps or headers."""
-    if not _FIELDS[stored] <= _FIELDS[used]:
-        raise InvalidArgumentError(
-            f"store {name!r} keeps {stored.name} values and cannot be used as a {used.name} "
-            "store: downgrades are not supported (they would drop timestamps or headers)"
-        )
+def _register(
+    partition: PartitionBase, name: str, kind: str, meta: dict[str, Any]
+) -> dict[str, Any]:
+    """Register ``meta`` for ``name``, or check it against what is on disk.
+
+    Every field must match, except the value format: a later format of the same kind is an
+    upgrade (the metadata is rewritten, the data migrates lazily; see
+    :mod:`txstore.upgrade` and :mod:`txstore.segments`), an earlier one a downgrade
+    (``ConfigConflictError``). Returns the metadata now recorded.
+    """
+    disk = partition.store_meta(name)
+    if disk is None:
+        return partition.register_store(name, meta)
+    fmt = disk.get("format")
+    if disk.get("kind") != kind or fmt not in ValueFormat.__members__:
+        return partition.register_store(name, meta)  # raises, naming the differences
+    asked = dict(meta, format=fmt)
+    asked.update({k: disk[k] for k in _INTERNAL if k in disk})
+    partition.register_store(name, asked)  # raises on any other difference
+    old, new = ValueFormat[str(fmt)], ValueFormat[meta["format"]]
+    if not check_upgrade(kind, name, old, new):
+        return disk
+    upgraded = dict(asked, format=new.name)
+    if kind == "key_value":
+        legacy = [[disk.get("db"), old.name], *disk.get("legacy", [])]
+        upgraded.update(db=KV_DB_SUFFIX[new], legacy=legacy)
+    return partition.update_store_meta(name, upgraded)
+
+
+def _prune_legacy(partition: PartitionBase, name: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """Drop the legacy tiers of an upgraded key-value store that are empty on disk."""
+    legacy = meta.get("legacy")
+    if not legacy or partition.readonly:
+        return meta
+    kept = [t for t in legacy if partition.count(partition.db_name(name, t[0])) > 0]
+    if kept == legacy:
+        return meta
+    return partition.update_store_meta(name, dict(meta, legacy=kept))
+
+
+def _segmented_meta(kind: str, supplier: Any, builder: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "kind": kind,
+        "format": supplier.format.name,
+        "retention": supplier.retention_period,
+        "segment_interval": supplier.segment_interval,
+        "key_serde": builder.key_serde.name,
+        "value_serde": builder.value_serde.name,
+        "format_version": SEGMENTED_FORMAT_VERSION,
+    }
+    if kind == "window":
+        meta["window_size"] = supplier.window_size
+        meta["retain_duplicates"] = supplier.retain_duplicates
+    return meta
+
+
+def _segmented_store(
+    name: str,
+    partition: PartitionBase | None,
+    kind: str,
+    supplier: WindowBytesStoreSupplier | SessionBytesStoreSupplier,
+    fmt: ValueFormat,
+) -> SegmentedBytesStore:
+    return SegmentedBytesStore(
+        name,
+        partition,
+        schema=WindowKeySchema() if kind == "window" else SessionKeySchema(),
+        retention=supplier.retention_period,
+        segment_interval=supplier.segment_interval,
+        fmt=fmt,
+        transactional=supplier.transactional,
+    )
 
 
 class Database:
@@ -78,7 +163,7 @@ class Database:
         if map_size is not None:
             kwargs["map_size"] = map_size
         self.partition = Partition(path, **kwargs)
-        self._stores: dict[str, KeyValueStore[Any, Any]] = {}
+        self._stores: dict[str, Any] = {}
 
     @property
     def path(self) -> str:
@@ -93,24 +178,39 @@ class Database:
         if self.partition.closed:
             raise StoreClosedError(str(self.partition.path))
 
+    def _check_open_store(self, name: str, persistent: bool) -> None:
+        self._check_open()
+        if not persistent:
+            raise InvalidArgumentError(f"store {name!r} is in-memory; build it without a database")
+        existing = self._stores.get(name)
+        if existing is not None and existing.is_open:
+            raise InvalidArgumentError(f"store {name!r} is already open in this database")
+        for other in self.partition.store_names():
+            for owner, db in ((other, name), (name, other)):
+                rest = db[len(owner) + 1 :] if db.startswith(owner + ".") else None
+                if rest is not None and (rest.isdigit() or rest in KV_DB_SUFFIX.values()):
+                    raise InvalidArgumentError(
+                        f"store name {name!r} collides with a database of store {owner!r} "
+                        f"({db!r}: a segment or upgrade database); choose another name"
+                    )
+
     def open_key_value_store(self, builder: KeyValueStoreBuilder[K, V]) -> KeyValueStore[K, V]:
         """Open (creating on first use) the key-value store ``builder`` describes.
 
-        Reopening with another format or other serdes than the ones on disk raises
-        :class:`~txstore.errors.ConfigConflictError`.
+        Reopening with other serdes than the ones on disk raises
+        :class:`~txstore.errors.ConfigConflictError`; with a later format (``PLAIN`` ->
+        ``TIMESTAMPED`` -> ``HEADERS``) it upgrades the store lazily (:mod:`txstore.upgrade`);
+        with an earlier one it raises ``ConfigConflictError`` (downgrades are refused).
         """
-        self._check_open()
         supplier = builder.supplier
-        if not supplier.persistent:
-            raise InvalidArgumentError(
-                f"store {supplier.name!r} is in-memory; build it without a database"
-            )
-        _check_adaptable(supplier.name, supplier.format, builder.format)
-        existing = self._stores.get(supplier.name)
-        if existing is not None and existing.is_open:
-            raise InvalidArgumentError(f"store {supplier.name!r} is already open in this database")
-        self.partition.register_store(
-            supplier.name,
+        name = supplier.name
+        self._check_open_store(name, supplier.persistent)
+        adapter = find_adapter("key_value", supplier.format, builder.format, name)
+        p = self.partition
+        meta = _register(
+            p,
+            name,
+            "key_value",
             {
                 "kind": "key_value",
                 "format": supplier.format.name,
@@ -119,14 +219,69 @@ class Database:
                 "format_version": KV_FORMAT_VERSION,
             },
         )
-        inner = BytesKeyValueStore(
-            supplier.name, self.partition, transactional=supplier.transactional
-        )
+        meta = _prune_legacy(p, name, meta)
+        inner: BytesKeyValueStore
+        if "db" in meta:
+            inner = UpgradingBytesKeyValueStore(
+                name,
+                p,
+                fmt=supplier.format,
+                data_suffix=meta["db"],
+                legacy=[(db, ValueFormat[f]) for db, f in meta.get("legacy", [])],
+                transactional=supplier.transactional,
+            )
+        else:
+            inner = BytesKeyValueStore(name, p, transactional=supplier.transactional)
         store: KeyValueStore[K, V] = KeyValueStore(
             inner,
             builder.key_serde,
             value_codec(builder.format, builder.value_serde),
-            supplier.format,
+            supplier.format if adapter is not None else builder.format,
+        )
+        self._stores[name] = store
+        return store
+
+    def open_window_store(self, builder: WindowStoreBuilder[K, V]) -> WindowStore[K, V]:
+        """Open (creating on first use) the window store ``builder`` describes.
+
+        The metadata records kind, format, window size, retention, segment interval,
+        retain-duplicates and serdes; a reopen that contradicts it raises
+        :class:`~txstore.errors.ConfigConflictError`, except a later format, which upgrades
+        the store lazily (old segments keep their format) and an earlier one, refused.
+        """
+        supplier = builder.supplier
+        self._check_open_store(supplier.name, supplier.persistent)
+        adapter = find_adapter("window", supplier.format, builder.format, supplier.name)
+        meta = _segmented_meta("window", supplier, builder)
+        _register(self.partition, supplier.name, "window", meta)
+        inner = _segmented_store(supplier.name, self.partition, "window", supplier, supplier.format)
+        store: WindowStore[K, V] = WindowStore(
+            inner,
+            builder.key_serde,
+            value_codec(builder.format, builder.value_serde),
+            adapter,
+            supplier.window_size,
+            supplier.retain_duplicates,
+        )
+        self._stores[supplier.name] = store
+        return store
+
+    def open_session_store(self, builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
+        """Open (creating on first use) the session store ``builder`` describes (checks as
+        :meth:`open_window_store`)."""
+        supplier = builder.supplier
+        self._check_open_store(supplier.name, supplier.persistent)
+        adapter = find_adapter("session", supplier.format, builder.format, supplier.name)
+        meta = _segmented_meta("session", supplier, builder)
+        _register(self.partition, supplier.name, "session", meta)
+        inner = _segmented_store(
+            supplier.name, self.partition, "session", supplier, supplier.format
+        )
+        store: SessionStore[K, V] = SessionStore(
+            inner,
+            builder.key_serde,
+            value_codec(builder.format, builder.value_serde, session=True),
+            adapter,
         )
         self._stores[supplier.name] = store
         return store
@@ -158,7 +313,56 @@ class Database:
         )
         return self.open_key_value_store(builder)
 
-    def store(self, name: str) -> KeyValueStore[Any, Any]:
+    def window_store(
+        self,
+        name: str,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[Any] | None = None,
+        *,
+        retention: int,
+        window_size: int,
+        retain_duplicates: bool = False,
+        format: ValueFormat = ValueFormat.PLAIN,
+        transactional: bool = True,
+    ) -> WindowStore[K, Any]:
+        """Shortcut for a ``Stores`` window supplier + builder + ``build(db)``.
+
+        Serdes default to bytes; ``format`` is any of the four :class:`ValueFormat` s;
+        ``retention`` and ``window_size`` are milliseconds (or ``timedelta``).
+        """
+        supplier = _window(
+            name, retention, window_size, retain_duplicates, True, format, transactional
+        )
+        builder: WindowStoreBuilder[K, Any] = WindowStoreBuilder(
+            supplier,
+            key_serde if key_serde is not None else Serdes.bytes(),  # type: ignore[arg-type]
+            value_serde if value_serde is not None else Serdes.bytes(),
+            supplier.format,
+        )
+        return self.open_window_store(builder)
+
+    def session_store(
+        self,
+        name: str,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[Any] | None = None,
+        *,
+        retention: int,
+        format: ValueFormat = ValueFormat.PLAIN,
+        transactional: bool = True,
+    ) -> SessionStore[K, Any]:
+        """Shortcut for a ``Stores`` session supplier + builder + ``build(db)``; ``format`` is
+        ``PLAIN`` or ``PLAIN_HEADERS`` (:class:`~txstore.types.AggregationWithHeaders`)."""
+        supplier = _session(name, retention, True, format, transactional)
+        builder: SessionStoreBuilder[K, Any] = SessionStoreBuilder(
+            supplier,
+            key_serde if key_serde is not None else Serdes.bytes(),  # type: ignore[arg-type]
+            value_serde if value_serde is not None else Serdes.bytes(),
+            supplier.format,
+        )
+        return self.open_session_store(builder)
+
+    def store(self, name: str) -> Any:
         """A store opened earlier through this database."""
         try:
             return self._stores[name]
@@ -227,10 +431,31 @@ def open(
 
 
 def in_memory_key_value_store(builder: KeyValueStoreBuilder[K, V]) -> KeyValueStore[K, V]:
-    """Build an in-memory key-value store (no files; its data is lost on close)."""
+    """Build an in-memory key-value store (no files; its data is lost on close).
+
+    Like Kafka's in-memory stores it is format-agnostic: it keeps its values in the builder's
+    format, whatever the supplier's (no adapter, nothing dropped).
+    """
     supplier = builder.supplier
-    _check_adaptable(supplier.name, supplier.format, builder.format)
     inner = BytesKeyValueStore(supplier.name, None, transactional=supplier.transactional)
     return KeyValueStore(
-        inner, builder.key_serde, value_codec(builder.format, builder.value_serde), supplier.format
+        inner, builder.key_serde, value_codec(builder.format, builder.value_serde), builder.format
     )
+
+
+def in_memory_window_store(builder: WindowStoreBuilder[K, V]) -> WindowStore[K, V]:
+    """Build an in-memory window store (format-agnostic, see
+    :func:`in_memory_key_value_store`; Kafka's in-memory expiry rules)."""
+    s = builder.supplier
+    inner = _segmented_store(s.name, None, "window", s, builder.format)
+    codec = value_codec(builder.format, builder.value_serde)
+    return WindowStore(inner, builder.key_serde, codec, None, s.window_size, s.retain_duplicates)
+
+
+def in_memory_session_store(builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
+    """Build an in-memory session store (format-agnostic; Kafka's in-memory expiry rules and
+    the time-only ``find_sessions``)."""
+    s = builder.supplier
+    inner = _segmented_store(s.name, None, "session", s, builder.format)
+    codec = value_codec(builder.format, builder.value_serde, session=True)
+    return SessionStore(inner, builder.key_serde, codec, None)

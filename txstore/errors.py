@@ -87,3 +87,87 @@ class WriterLockedError(TxStoreError):
 class UnsupportedOperationError(TxStoreError, NotImplementedError):
     """The store does not implement this operation (Kafka's ``UnsupportedOperationException``),
     e.g. the time-only ``find_sessions`` of a persistent session store."""
+
+
+# ---- interactive queries (KIP-67; txstore.queries) ------------------------------------------
+# Kafka's messages are kept word for word, "KafkaStreams" included, so that logs and runbooks
+# written for Kafka Streams read the same. Which subclass is raised follows KIP-216: a closed or
+# missing store is "migrated" while the application runs or rebalances, "not available" once it
+# shuts down.
+
+
+class StreamsNotStartedError(InvalidStateStoreError):
+    """The application was queried before ``start()`` (Kafka's ``StreamsNotStartedException``):
+    retry after starting it."""
+
+    def __init__(
+        self,
+        message: str = "KafkaStreams has not been started, you can retry after calling start()",
+    ) -> None:
+        super().__init__(message)
+
+
+class IllegalStateError(TxStoreError, RuntimeError):
+    """An operation is not allowed in the object's current state (Kafka's
+    ``IllegalStateException``), e.g. starting an application twice."""
+
+
+class StreamsNotRunningError(IllegalStateError):
+    """The application is shutting down, stopped or failed (Kafka's ``IllegalStateException``
+    from ``validateIsRunningOrRebalancing``); not retriable on this instance."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(f"KafkaStreams is not running. State is {state}.")
+        self.state = state
+
+
+class StreamsRebalancingError(InvalidStateStoreError):
+    """The instance is restoring partitions it was just assigned (Kafka's stream thread is not
+    RUNNING): retry shortly, or query with stale stores enabled."""
+
+
+class UnknownStateStoreError(InvalidStateStoreError):
+    """No store of that name is part of the application (Kafka's
+    ``UnknownStateStoreException``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"Cannot get state store {name} because no such store is registered in the topology."
+        )
+        self.store_name = name
+
+
+class InvalidStateStorePartitionError(InvalidStateStoreError):
+    """The requested partition of a store is not hosted here (Kafka's
+    ``InvalidStateStorePartitionException``): re-discover its host from the metadata."""
+
+    def __init__(self, partition: int, name: str) -> None:
+        super().__init__(f"The specified partition {partition} for store {name} does not exist.")
+        self.partition = partition
+        self.store_name = name
+
+
+class StateStoreMigratedError(InvalidStateStoreError):
+    """The store (or the partition holding the key) moved to another instance, or is closed
+    while the application runs (Kafka's ``StateStoreMigratedException``): re-discover its
+    location from the metadata and query there."""
+
+
+class StateStoreNotAvailableError(InvalidStateStoreError):
+    """The store is closed because the application is shutting down, stopped or failed
+    (Kafka's ``StateStoreNotAvailableException``)."""
+
+
+class TaskMigratedError(TxStoreError):
+    """A writer used a partition this instance no longer owns (Kafka's ``TaskMigratedException``):
+    stop processing it; its new owner resumes from the last commit."""
+
+
+class QueryServiceError(TxStoreError):
+    """The HTTP query service answered with an error the client has no better class for;
+    ``status`` is the HTTP status, ``error`` the server's error name."""
+
+    def __init__(self, message: str, *, status: int, error: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error

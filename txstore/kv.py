@@ -154,6 +154,32 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         n: int = self._inner.approximate_num_entries()
         return n
 
+    def snapshot(self) -> ReadOnlyKeyValueStore[K, V]:
+        """A read-only view where every read sees one committed state (data and offset);
+        close it soon (it pins LMDB pages), or use it in a ``with`` block."""
+        inner = self._inner
+        view = inner.read_committed() if isinstance(inner, BytesKeyValueStore) else inner
+        return ReadOnlyKeyValueStore(
+            view.snapshot(), self.key_serde, self.codec, self.stored_format
+        )
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The changelog offset of the last commit (of this snapshot, for a snapshot view),
+        or ``None`` if never committed."""
+        offset: int | None = self._inner.committed_offset
+        return offset
+
+    def close(self) -> None:
+        """Close this view's iterators and snapshot (a store: the store); idempotent."""
+        self._inner.close()
+
+    def __enter__(self) -> ReadOnlyKeyValueStore[K, V]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
     """A typed key-value store: Kafka's ``KeyValueStore`` with snake_case names.
@@ -211,12 +237,6 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         committed offset is at or past ``offset``. O(uncommitted writes), never O(store size)."""
         result: bool = self._inner.recover(offset)
         return result
-
-    @property
-    def committed_offset(self) -> int | None:
-        """The changelog offset of the last commit, or ``None`` if never committed."""
-        offset: int | None = self._inner.committed_offset
-        return offset
 
     def approximate_num_uncommitted_bytes(self) -> int:
         """Approximate size of the buffered, uncommitted writes."""

@@ -8,8 +8,11 @@ path as persistent ones, and lose everything on close.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from sortedcontainers import SortedDict
@@ -86,6 +89,17 @@ class MemoryPartition(PartitionBase):
         with self._lock:
             _apply_rows(self._table(db), rows)
 
+    def write_through_dbs(
+        self, writes: Mapping[bytes, list[Row]], drops: Sequence[bytes] = ()
+    ) -> None:
+        self._check_writable()
+        with self._lock:
+            for db in drops:
+                self._data.pop(db, None)
+                self._shared.discard(db)
+            for db, rows in writes.items():
+                _apply_rows(self._table(db), rows)
+
     def get(self, db: bytes, key: bytes, *, shared: bool = False) -> bytes | None:
         self._check()
         sd = self._data.get(db)
@@ -108,6 +122,29 @@ class MemoryPartition(PartitionBase):
         self._check()
         sd = self._data.get(db)
         return 0 if sd is None else len(sd)
+
+    def read_range(
+        self,
+        db: bytes,
+        lo: bytes,
+        hi: bytes,
+        *,
+        reverse: bool = False,
+        limit: int = 64,
+        shared: bool = False,
+    ) -> tuple[list[Row], bool]:
+        self._check()
+        sd = self._data.get(db)
+        if sd is None:
+            return [], False
+        with self._lock if shared else contextlib.nullcontext():
+            keys = list(islice(sd.irange(lo, hi, reverse=reverse), limit + 1))
+            more = len(keys) > limit
+            if more:
+                del keys[limit:]
+            if reverse:
+                keys.reverse()
+            return [(k, sd[k]) for k in keys], more
 
     def snapshot(self) -> Snapshot:
         self._check()

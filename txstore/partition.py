@@ -48,11 +48,12 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import lmdb
 
+from txstore import faults
 from txstore.errors import (
     InvalidArgumentError,
     InvalidStateStoreError,
@@ -455,6 +456,30 @@ class Partition(PartitionBase):
         n: int = self._read(db, shared, lambda txn, h: txn.stat(h)["entries"], 0)
         return n
 
+    def read_range(
+        self,
+        db: bytes,
+        lo: bytes,
+        hi: bytes,
+        *,
+        reverse: bool = False,
+        limit: int = 64,
+        shared: bool = False,
+    ) -> tuple[list[Row], bool]:
+        sh = self._sh
+        if not (shared or self.readonly or self._closed) and sh is not None:
+            h = sh.dbs.get(db)  # the writer thread's common case, without _read's layers
+            if h is not None and self._generation == fork_generation[0]:
+                txn = sh.env.begin()
+                try:
+                    return _read_range(txn.cursor(h), lo, hi, reverse, limit)
+                finally:
+                    txn.abort()
+        empty: tuple[list[Row], bool] = ([], False)
+        return self._read(
+            db, shared, lambda t, h: _read_range(t.cursor(h), lo, hi, reverse, limit), empty
+        )
+
     def store_meta(self, name: str) -> dict[str, Any] | None:
         raw = self._read(
             META_DB, True, lambda t, h: t.get(_META_PREFIX + name.encode(), db=h), None
@@ -569,21 +594,48 @@ class Partition(PartitionBase):
         def fn(txn: Any) -> None:
             for ov in dbs:
                 if ov.dropped:
-                    h = self._write_handle(txn, ov.name, create=False)
-                    if h is not None:
-                        self._hold_dbi_lock()  # mdb_drop closes the handle at once
-                        txn.drop(h, delete=True)
-                        assert self._sh is not None
-                        self._sh.dbs.pop(ov.name, None)
-                        self._new_dbs.pop(ov.name, None)
+                    self._drop_in(txn, ov.name)
                 chunks = ov.sorted_chunks()
                 first = next(chunks, None)
                 if first is not None:
-                    _apply_chunks(txn.cursor(self._write_handle(txn, ov.name)), first, chunks)
+                    cur = txn.cursor(self._write_handle(txn, ov.name))
+                    _apply_chunks(cur, first, chunks, ov.may_hold_tombstones)
+            faults.point("partition.mid_commit")  # data written, offsets not, txn not committed
             for name, offset in offsets.items():
                 txn.put(_OFFSET_PREFIX + name.encode(), _OFFSET.pack(offset), db=self._meta)
 
         self._write(fn, exclusive, estimate)
+
+    def _drop_in(self, txn: Any, db: bytes) -> None:
+        """Delete the database ``db`` (if it exists) inside the write transaction ``txn``."""
+        h = self._write_handle(txn, db, create=False)
+        if h is not None:
+            self._hold_dbi_lock()  # mdb_drop closes the handle at once
+            txn.drop(h, delete=True)
+            assert self._sh is not None
+            self._sh.dbs.pop(db, None)
+            self._new_dbs.pop(db, None)
+
+    def write_through_dbs(
+        self, writes: Mapping[bytes, list[Row]], drops: Sequence[bytes] = ()
+    ) -> None:
+        self._check_writable()
+        ordered = {db: sorted(rows, key=lambda r: r[0]) for db, rows in writes.items()}
+
+        def fn(txn: Any) -> None:
+            for db in drops:
+                self._drop_in(txn, db)
+            for db, rows in ordered.items():
+                cur = txn.cursor(self._write_handle(txn, db))
+                for k, v in rows:
+                    if v is None:
+                        if cur.set_key(k):
+                            cur.delete()
+                    else:
+                        cur.put(k, v)
+
+        estimate = sum(len(k) + len(v or b"") + 16 for rows in writes.values() for k, v in rows)
+        self._write(fn, bool(drops), estimate)
 
     def write_through(self, db: bytes, rows: list[Row]) -> None:
         self._check_writable()
@@ -607,19 +659,57 @@ class Partition(PartitionBase):
         self._sh.env.sync(True)
 
 
-def _apply_chunks(cur: Any, first: list[Row], rest: Iterator[list[Row]]) -> None:
-    """Apply sorted overlay chunks through a write cursor (append fast path when possible)."""
+def _read_range(
+    cur: Any, lo: bytes, hi: bytes, reverse: bool, limit: int
+) -> tuple[list[Row], bool]:
+    """Rows of ``[lo, hi]`` through ``cur``, ascending, at most ``limit``; and "more follow"."""
+    out: list[Row] = []
+    append = out.append
+    if not reverse:
+        if not cur.set_range(lo):
+            return out, False
+        for row in cur.iternext():
+            if row[0] > hi:
+                return out, False
+            if len(out) == limit:
+                return out, True
+            append(row)
+        return out, False
+    if not cur.set_range(hi):
+        if not cur.last():
+            return out, False
+    elif cur.key() != hi and not cur.prev():
+        return out, False
+    for row in cur.iterprev():
+        if row[0] < lo:
+            break
+        if len(out) == limit:
+            out.reverse()
+            return out, True
+        append(row)
+    out.reverse()
+    return out, False
+
+
+def _apply_chunks(
+    cur: Any, first: list[Row], rest: Iterator[list[Row]], tombstones: bool = True
+) -> None:
+    """Apply sorted overlay chunks through a write cursor (append fast path when possible).
+    ``tombstones=False`` promises that no row is a delete (the filter is skipped)."""
     append = not cur.last() or cur.key() < first[0][0]
     chunk: list[Row] | None = first
     while chunk is not None:
         if append:
-            items = [e for e in chunk if e[1] is not None]  # deletes above the last key: no-ops
+            # Deletes above the last key are no-ops: drop them, if there can be any.
+            items = [e for e in chunk if e[1] is not None] if tombstones else chunk
             if items:
                 _, added = cur.putmulti(items, True, True, True)
                 if added != len(items):
                     raise StorageError(
                         f"LMDB append wrote {added} of {len(items)} rows: overlay not sorted"
                     )
+        elif not tombstones:
+            cur.putmulti(chunk)
         else:
             puts = []
             for e in chunk:

@@ -13,7 +13,7 @@ import json
 import threading
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Self
 
 from txstore.errors import (
@@ -210,6 +210,19 @@ class PartitionBase:
             )
         return disk
 
+    def update_store_meta(self, name: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the recorded metadata of the existing store ``name`` (format upgrades).
+
+        One write transaction. Raises ``InvalidArgumentError`` if ``name`` is not registered.
+        """
+        check_store_name(name)
+        asked = _normalize_meta(meta)
+        self._check_writable()
+        if self.store_meta(name) is None:
+            raise InvalidArgumentError(f"store {name!r} is not registered in this partition")
+        self._write_meta(name, asked)
+        return asked
+
     def store_meta(self, name: str) -> dict[str, Any] | None:
         """The recorded metadata of ``name``, or None. O(log n)."""
         raise NotImplementedError
@@ -291,12 +304,37 @@ class PartitionBase:
         """Number of committed entries of ``db``. O(1)."""
         raise NotImplementedError
 
+    def read_range(
+        self,
+        db: bytes,
+        lo: bytes,
+        hi: bytes,
+        *,
+        reverse: bool = False,
+        limit: int = 64,
+        shared: bool = False,
+    ) -> tuple[list[Row], bool]:
+        """The committed rows with ``lo <= key <= hi``, ascending, at most ``limit`` of them
+        (the smallest if forward, the largest if ``reverse``), and whether more rows follow.
+
+        For short point ranges (one key's windows): it stops at ``hi`` instead of reading a
+        whole chunk. One read transaction, O(log n + rows).
+        """
+        raise NotImplementedError
+
     def snapshot(self) -> Snapshot:
         """A consistent read-only view of committed data (one read txn until closed)."""
         raise NotImplementedError
 
     def write_through(self, db: bytes, rows: list[Row]) -> None:
         """Non-transactional stores: apply rows (None value: delete) in one write txn."""
+        raise NotImplementedError
+
+    def write_through_dbs(
+        self, writes: Mapping[bytes, list[Row]], drops: Sequence[bytes] = ()
+    ) -> None:
+        """Non-transactional stores: drop the databases ``drops`` (missing ones are skipped),
+        then apply ``writes`` (database -> rows, None value: delete), in one write txn."""
         raise NotImplementedError
 
     def record_offset(self, store: str, offset: int) -> None:

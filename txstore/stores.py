@@ -4,6 +4,13 @@ A *supplier* says where a store's bytes live and in which format (``persistent_*
 partition's LMDB environment, ``in_memory_*`` in a sorted dict); a *builder* adds the serdes and
 the typed interface, and ``build(db)`` opens the store in a :class:`~txstore.database.Database`.
 
+Key-value, window and session stores each have their suppliers and builders, with Kafka's names
+(``persistent_timestamped_window_store``, ``session_store_builder``...). Durations are ``int``
+milliseconds or ``datetime.timedelta`` (Java's ``long`` and ``Duration`` overloads). A builder
+of a richer format over a persistent supplier of an older one wraps it in the matching adapter
+(:mod:`txstore.adapters`); in-memory suppliers, like Kafka's, keep whatever format their builder
+uses. See ``docs/stores.md`` for the full mapping.
+
 >>> import tempfile, txstore
 >>> from txstore import Serdes, ValueAndTimestamp
 >>> with txstore.open(tempfile.mkdtemp()) as db:
@@ -18,9 +25,11 @@ ValueAndTimestamp(value=3, timestamp=1000)
 
 from __future__ import annotations
 
+import datetime as _dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from txstore.adapters import check_format
 from txstore.codecs import ValueFormat
 from txstore.errors import InvalidArgumentError, InvalidTypeError
 from txstore.serdes import Serde
@@ -28,8 +37,25 @@ from txstore.serdes import Serde
 if TYPE_CHECKING:
     from txstore.database import Database
     from txstore.kv import KeyValueStore
+    from txstore.session import SessionStore
+    from txstore.window import WindowStore
 
-__all__ = ["KeyValueStoreBuilder", "KeyValueStoreSupplier", "Stores"]
+__all__ = [
+    "KeyValueStoreBuilder",
+    "KeyValueStoreSupplier",
+    "SessionBytesStoreSupplier",
+    "SessionStoreBuilder",
+    "Stores",
+    "WindowBytesStoreSupplier",
+    "WindowStoreBuilder",
+]
+
+PLAIN, TIMESTAMPED, HEADERS, PLAIN_HEADERS = (
+    ValueFormat.PLAIN,
+    ValueFormat.TIMESTAMPED,
+    ValueFormat.HEADERS,
+    ValueFormat.PLAIN_HEADERS,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -41,6 +67,174 @@ def _check_name(name: object) -> str:
     if not name:
         raise InvalidArgumentError("store name cannot be empty")
     return name
+
+
+def _check_serdes(key_serde: object, value_serde: object) -> None:
+    for label, serde in (("key", key_serde), ("value", value_serde)):
+        if not isinstance(serde, Serde):
+            raise InvalidTypeError(
+                f"{label} serde must have name, serialize() and deserialize(); "
+                f"got {type(serde).__name__}"
+            )
+
+
+def _millis(value: object, what: str) -> int:
+    """Milliseconds of an ``int`` or a ``timedelta`` (Kafka's long and Duration overloads)."""
+    if value is None:
+        raise InvalidArgumentError(f"{what} cannot be null")
+    if isinstance(value, _dt.timedelta):
+        return value // _dt.timedelta(milliseconds=1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{what} must be an int (ms) or a timedelta")
+    return value
+
+
+@dataclass(frozen=True)
+class WindowBytesStoreSupplier:
+    """Where a window store's bytes live, their format, retention and segments.
+
+    Validated as Kafka's ``Stores`` does: no negative retention or window size, and a
+    retention no smaller than the window size. ``segment_interval`` defaults (in the
+    factories) to ``max(retention // 2, 60000)``.
+    """
+
+    name: str
+    persistent: bool
+    format: ValueFormat
+    retention_period: int
+    window_size: int
+    retain_duplicates: bool
+    segment_interval: int
+    transactional: bool = True
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        check_format("window", self.format, self.name)
+        if self.retention_period < 0:
+            raise InvalidArgumentError("retentionPeriod cannot be negative")
+        if self.window_size < 0:
+            raise InvalidArgumentError("windowSize cannot be negative")
+        if self.segment_interval < 1:
+            raise InvalidArgumentError("segmentInterval cannot be zero or negative")
+        if self.window_size > self.retention_period:
+            raise InvalidArgumentError(
+                f"The retention period of the window store {self.name} must be no smaller "
+                f"than its window size. Got size=[{self.window_size}], "
+                f"retention=[{self.retention_period}]"
+            )
+        for label in ("retain_duplicates", "transactional", "persistent"):
+            if not isinstance(getattr(self, label), bool):
+                raise InvalidTypeError(f"{label} must be a bool")
+
+
+@dataclass(frozen=True)
+class SessionBytesStoreSupplier:
+    """Where a session store's bytes live, their format, retention and segments."""
+
+    name: str
+    persistent: bool
+    format: ValueFormat
+    retention_period: int
+    segment_interval: int
+    transactional: bool = True
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        check_format("session", self.format, self.name)
+        if self.retention_period < 0:
+            raise InvalidArgumentError("retentionPeriod cannot be negative")
+        if self.segment_interval < 1:
+            raise InvalidArgumentError("segmentInterval cannot be zero or negative")
+        for label in ("transactional", "persistent"):
+            if not isinstance(getattr(self, label), bool):
+                raise InvalidTypeError(f"{label} must be a bool")
+
+
+def _window(
+    name: str,
+    retention: int | _dt.timedelta,
+    window_size: int | _dt.timedelta,
+    retain_duplicates: bool,
+    persistent: bool,
+    fmt: ValueFormat,
+    transactional: bool,
+) -> WindowBytesStoreSupplier:
+    _check_name(name)
+    r = _millis(retention, "retentionPeriod")
+    w = _millis(window_size, "windowSize")
+    return WindowBytesStoreSupplier(
+        name, persistent, fmt, r, w, retain_duplicates, max(r // 2, 60_000), transactional
+    )
+
+
+def _session(
+    name: str, retention: int | _dt.timedelta, persistent: bool, fmt: ValueFormat, tx: bool
+) -> SessionBytesStoreSupplier:
+    _check_name(name)
+    r = _millis(retention, "retentionPeriod")
+    return SessionBytesStoreSupplier(name, persistent, fmt, r, max(r // 2, 60_000), tx)
+
+
+@dataclass(frozen=True)
+class WindowStoreBuilder(Generic[K, V]):
+    """A window supplier plus serdes and the format the store is used in."""
+
+    supplier: WindowBytesStoreSupplier
+    key_serde: Serde[K]
+    value_serde: Serde[Any]
+    format: ValueFormat
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.supplier, WindowBytesStoreSupplier):
+            raise InvalidTypeError("a window store builder needs a WindowBytesStoreSupplier")
+        _check_serdes(self.key_serde, self.value_serde)
+
+    @property
+    def name(self) -> str:
+        return self.supplier.name
+
+    def build(self, db: Database | None = None) -> WindowStore[K, V]:
+        """Open the store in ``db`` (in-memory stores need no database)."""
+        if db is None:
+            if self.supplier.persistent:
+                raise InvalidArgumentError(
+                    f"persistent store {self.name!r} needs a database: build(txstore.open(path))"
+                )
+            from txstore.database import in_memory_window_store
+
+            return in_memory_window_store(self)
+        return db.open_window_store(self)
+
+
+@dataclass(frozen=True)
+class SessionStoreBuilder(Generic[K, V]):
+    """A session supplier plus serdes and the format the store is used in."""
+
+    supplier: SessionBytesStoreSupplier
+    key_serde: Serde[K]
+    value_serde: Serde[Any]
+    format: ValueFormat
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.supplier, SessionBytesStoreSupplier):
+            raise InvalidTypeError("a session store builder needs a SessionBytesStoreSupplier")
+        _check_serdes(self.key_serde, self.value_serde)
+
+    @property
+    def name(self) -> str:
+        return self.supplier.name
+
+    def build(self, db: Database | None = None) -> SessionStore[K, V]:
+        """Open the store in ``db`` (in-memory stores need no database)."""
+        if db is None:
+            if self.supplier.persistent:
+                raise InvalidArgumentError(
+                    f"persistent store {self.name!r} needs a database: build(txstore.open(path))"
+                )
+            from txstore.database import in_memory_session_store
+
+            return in_memory_session_store(self)
+        return db.open_session_store(self)
 
 
 @dataclass(frozen=True)
@@ -68,12 +262,7 @@ class KeyValueStoreBuilder(Generic[K, V]):
     format: ValueFormat
 
     def __post_init__(self) -> None:
-        for label, serde in (("key", self.key_serde), ("value", self.value_serde)):
-            if not isinstance(serde, Serde):
-                raise InvalidTypeError(
-                    f"{label} serde must have name, serialize() and deserialize(); "
-                    f"got {type(serde).__name__}"
-                )
+        _check_serdes(self.key_serde, self.value_serde)
 
     @property
     def name(self) -> str:
@@ -160,3 +349,210 @@ class Stores:
     ) -> KeyValueStoreBuilder[K, Any]:
         """A builder of stores whose values are :class:`~txstore.types.ValueTimestampHeaders`."""
         return KeyValueStoreBuilder(supplier, key_serde, value_serde, ValueFormat.HEADERS)
+
+    # ---- window stores ----------------------------------------------------------------
+
+    @staticmethod
+    def persistent_window_store(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """A window store of plain ``[value]`` values, segments of ``max(retention // 2,
+        60000)`` ms (Kafka's ``persistentWindowStore``)."""
+        return _window(
+            name, retention_period, window_size, retain_duplicates, True, PLAIN, transactional
+        )
+
+    @staticmethod
+    def persistent_timestamped_window_store(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """A window store of ``[ts][value]`` values (KIP-258)."""
+        return _window(
+            name, retention_period, window_size, retain_duplicates, True, TIMESTAMPED, transactional
+        )
+
+    @staticmethod
+    def persistent_timestamped_window_store_with_headers(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """A window store of ``[headersSize][headers][ts][value]`` values (KIP-1271)."""
+        return _window(
+            name, retention_period, window_size, retain_duplicates, True, HEADERS, transactional
+        )
+
+    @staticmethod
+    def persistent_window_store_with_headers(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """The plain window store with headers (WindowStoreWithHeaders proposal):
+        ``[headersSize][headers][value]``, 8 bytes a record smaller than the timestamped one."""
+        return _window(
+            name,
+            retention_period,
+            window_size,
+            retain_duplicates,
+            True,
+            PLAIN_HEADERS,
+            transactional,
+        )
+
+    @staticmethod
+    def in_memory_window_store(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """A window store held in memory (Kafka's ``inMemoryWindowStore``): lost on close,
+        records expire one by one."""
+        return _window(
+            name, retention_period, window_size, retain_duplicates, False, PLAIN, transactional
+        )
+
+    @staticmethod
+    def in_memory_timestamped_window_store(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """The in-memory counterpart of :meth:`persistent_timestamped_window_store`."""
+        return _window(
+            name,
+            retention_period,
+            window_size,
+            retain_duplicates,
+            False,
+            TIMESTAMPED,
+            transactional,
+        )
+
+    @staticmethod
+    def in_memory_timestamped_window_store_with_headers(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """The in-memory counterpart of :meth:`persistent_timestamped_window_store_with_headers`."""
+        return _window(
+            name, retention_period, window_size, retain_duplicates, False, HEADERS, transactional
+        )
+
+    @staticmethod
+    def in_memory_window_store_with_headers(
+        name: str,
+        retention_period: int | _dt.timedelta,
+        window_size: int | _dt.timedelta,
+        retain_duplicates: bool,
+        *,
+        transactional: bool = True,
+    ) -> WindowBytesStoreSupplier:
+        """The in-memory counterpart of :meth:`persistent_window_store_with_headers`."""
+        return _window(
+            name,
+            retention_period,
+            window_size,
+            retain_duplicates,
+            False,
+            PLAIN_HEADERS,
+            transactional,
+        )
+
+    @staticmethod
+    def window_store_builder(
+        supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[V]
+    ) -> WindowStoreBuilder[K, V]:
+        """A builder of plain ``WindowStore[K, V]`` stores."""
+        return WindowStoreBuilder(supplier, key_serde, value_serde, PLAIN)
+
+    @staticmethod
+    def timestamped_window_store_builder(
+        supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
+    ) -> WindowStoreBuilder[K, Any]:
+        """A builder of window stores of :class:`~txstore.types.ValueAndTimestamp` values."""
+        return WindowStoreBuilder(supplier, key_serde, value_serde, TIMESTAMPED)
+
+    @staticmethod
+    def timestamped_window_store_with_headers_builder(
+        supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
+    ) -> WindowStoreBuilder[K, Any]:
+        """A builder of window stores of :class:`~txstore.types.ValueTimestampHeaders`."""
+        return WindowStoreBuilder(supplier, key_serde, value_serde, HEADERS)
+
+    @staticmethod
+    def window_store_with_headers_builder(
+        supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
+    ) -> WindowStoreBuilder[K, Any]:
+        """A builder of window stores of :class:`~txstore.types.ValueAndHeaders` values."""
+        return WindowStoreBuilder(supplier, key_serde, value_serde, PLAIN_HEADERS)
+
+    # ---- session stores ---------------------------------------------------------------
+
+    @staticmethod
+    def persistent_session_store(
+        name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
+    ) -> SessionBytesStoreSupplier:
+        """A session store of plain aggregations, segmented by session end."""
+        return _session(name, retention_period, True, PLAIN, transactional)
+
+    @staticmethod
+    def persistent_session_store_with_headers(
+        name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
+    ) -> SessionBytesStoreSupplier:
+        """A session store of ``[headersSize][headers][aggregation]`` values (KIP-1271)."""
+        return _session(name, retention_period, True, PLAIN_HEADERS, transactional)
+
+    @staticmethod
+    def in_memory_session_store(
+        name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
+    ) -> SessionBytesStoreSupplier:
+        """A session store held in memory (also answers the time-only ``find_sessions``)."""
+        return _session(name, retention_period, False, PLAIN, transactional)
+
+    @staticmethod
+    def in_memory_session_store_with_headers(
+        name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
+    ) -> SessionBytesStoreSupplier:
+        """The in-memory counterpart of :meth:`persistent_session_store_with_headers`."""
+        return _session(name, retention_period, False, PLAIN_HEADERS, transactional)
+
+    @staticmethod
+    def session_store_builder(
+        supplier: SessionBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[V]
+    ) -> SessionStoreBuilder[K, V]:
+        """A builder of plain ``SessionStore[K, V]`` stores."""
+        return SessionStoreBuilder(supplier, key_serde, value_serde, PLAIN)
+
+    @staticmethod
+    def session_store_with_headers_builder(
+        supplier: SessionBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
+    ) -> SessionStoreBuilder[K, Any]:
+        """A builder of session stores of :class:`~txstore.types.AggregationWithHeaders`."""
+        return SessionStoreBuilder(supplier, key_serde, value_serde, PLAIN_HEADERS)

@@ -169,9 +169,19 @@ class ValueAndTimestamp(Generic[V]):
         """``None`` if ``value`` is ``None``, else a new instance (Kafka's ``make``)."""
         return None if value is None else cls(value, check_long("timestamp", timestamp))
 
+    @classmethod
+    def make_allow_nullable(cls, value: V, timestamp: int) -> ValueAndTimestamp[V]:
+        """A new instance even for a ``None`` value (Kafka's ``makeAllowNullable``)."""
+        return cls(value, check_long("timestamp", timestamp))
+
     @staticmethod
     def value_or_none(vat: ValueAndTimestamp[V] | None) -> V | None:
         """Kafka's ``getValueOrNull``: the value, or ``None`` for a ``None`` argument."""
+        return None if vat is None else vat.value
+
+    @staticmethod
+    def get_value_or_null(vat: ValueAndTimestamp[V] | None) -> V | None:
+        """Kafka's ``getValueOrNull`` (same as :meth:`value_or_none`)."""
         return None if vat is None else vat.value
 
     def __str__(self) -> str:
@@ -202,6 +212,18 @@ class ValueTimestampHeaders(Generic[V]):
             return None
         return cls(value, check_long("timestamp", timestamp), Headers.of(headers))
 
+    @classmethod
+    def make_allow_nullable(
+        cls, value: V, timestamp: int, headers: Any = None
+    ) -> ValueTimestampHeaders[V]:
+        """A new instance even for a ``None`` value (Kafka's ``makeAllowNullable``)."""
+        return cls(value, check_long("timestamp", timestamp), Headers.of(headers))
+
+    @staticmethod
+    def get_value_or_null(vth: ValueTimestampHeaders[V] | None) -> V | None:
+        """The value, or ``None`` for a ``None`` argument (Kafka's ``getValueOrNull``)."""
+        return None if vth is None else vth.value
+
 
 @dataclass(frozen=True, slots=True)
 class ValueAndHeaders(Generic[V]):
@@ -220,8 +242,30 @@ class ValueAndHeaders(Generic[V]):
 
     @classmethod
     def make(cls, value: V | None, headers: Any = None) -> ValueAndHeaders[V] | None:
-        """``None`` if ``value`` is ``None``."""
+        """``None`` if ``value`` is ``None``.
+
+        >>> ValueAndHeaders.make(None, [("k", b"v")]) is None
+        True
+        >>> ValueAndHeaders.make_allow_nullable(None).value is None
+        True
+        """
         return None if value is None else cls(value, Headers.of(headers))
+
+    @classmethod
+    def make_allow_nullable(cls, value: V, headers: Any = None) -> ValueAndHeaders[V]:
+        """A new instance even for a ``None`` value (``None`` headers become empty headers)."""
+        return cls(value, Headers.of(headers))
+
+    @staticmethod
+    def get_value_or_null(vah: ValueAndHeaders[V] | None) -> V | None:
+        """The value, or ``None`` for a ``None`` argument.
+
+        >>> ValueAndHeaders.get_value_or_null(ValueAndHeaders("v"))
+        'v'
+        >>> ValueAndHeaders.get_value_or_null(None) is None
+        True
+        """
+        return None if vah is None else vah.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +283,16 @@ class AggregationWithHeaders(Generic[V]):
     def make(cls, aggregation: V | None, headers: Any = None) -> AggregationWithHeaders[V] | None:
         """``None`` if ``aggregation`` is ``None``."""
         return None if aggregation is None else cls(aggregation, Headers.of(headers))
+
+    @classmethod
+    def make_allow_nullable(cls, aggregation: V, headers: Any = None) -> AggregationWithHeaders[V]:
+        """A new instance even for a ``None`` aggregation (Kafka's ``makeAllowNullable``)."""
+        return cls(aggregation, Headers.of(headers))
+
+    @staticmethod
+    def get_aggregation_or_null(awh: AggregationWithHeaders[V] | None) -> V | None:
+        """The aggregation, or ``None`` for a ``None`` argument."""
+        return None if awh is None else awh.aggregation
 
 
 @dataclass(frozen=True, slots=True, order=True)

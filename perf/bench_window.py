@@ -1,0 +1,229 @@
+"""Benchmark of txstore's window stores against Quix Streams' windowed RocksDB store partition.
+
+Both run in this process on the same workload, interleaved (see ``_harness.py``), median of
+the rounds:
+
+* **put + commit**: ``K`` keys x 4 tumbling windows of 15 s (starts 0, 15000, 30000, 45000),
+  100-character string values; then one commit. txstore: ``WindowStore.put`` into a
+  transactional persistent window store (retention 120 s, so one 60 s segment), then
+  ``commit`` (one LMDB write transaction, **fsynced**). Quix: ``update_window`` in a
+  ``WindowedRocksDBPartitionTransaction``, then ``prepare()`` + ``flush()`` (a RocksDB write
+  batch; RocksDB does not fsync its WAL by default). Rounds after the warm-up overwrite the same
+  windows in both stores. Reported per put, commit included.
+* **fetch**: for every key, all its windows (4): ``WindowStore.fetch(key, 0, 60000)`` consumed
+  in a ``with`` block, against ``get_windows(start_from_ms=-1, start_to_ms=60000, prefix=key)``
+  (Quix's lower bound is exclusive). Reported per fetch.
+* **bytes per record**: the same records with one 16-byte header in a timestamped window store
+  with headers (``[headersSize][headers][ts][value]``) and in the plain window store with
+  headers (``[headersSize][headers][value]``); the difference of the stored value sizes summed
+  over LMDB, and of the LMDB pages in use, per record.
+
+Values go through each store's own serializer (txstore: ``Serdes.string()``; Quix: its default
+JSON ``dumps``/``loads``), keys are the same strings (Quix takes the UTF-8 bytes as its prefix).
+Quix Streams is driven standalone: no Kafka broker, no changelog producer.
+
+Run ``python perf/bench_window.py [--quick]``. The output ends with three ``figure:`` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import platform
+import tempfile
+import warnings
+from collections import deque
+from typing import Any
+
+from _harness import Settings, compare, fmt_ns, fmt_ratio, table
+
+import txstore
+from txstore import Headers, Serdes, Stores, ValueAndHeaders, ValueTimestampHeaders
+
+STARTS = (0, 15_000, 30_000, 45_000)
+SIZE = 15_000
+RETENTION = 120_000
+VALUE = "x" * 100
+HEADERS, PLAIN_HEADERS = txstore.ValueFormat.HEADERS, txstore.ValueFormat.PLAIN_HEADERS
+
+
+def quix_partition(path: str) -> Any:
+    # quixstreams' dependencies print deprecation warnings at import: keep the output clean
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        from quixstreams.state.rocksdb.options import RocksDBOptions
+        from quixstreams.state.rocksdb.windowed.partition import WindowedRocksDBStorePartition
+
+    return WindowedRocksDBStorePartition(path, options=RocksDBOptions())
+
+
+def bench_speed(root: str, n_keys: int, settings: Settings) -> dict[str, Any]:
+    keys = [f"user-{i:06d}" for i in range(n_keys)]
+    bkeys = [k.encode() for k in keys]
+    db = txstore.open(os.path.join(root, "txstore"))
+    store = Stores.window_store_builder(
+        Stores.persistent_window_store("w", RETENTION, SIZE, False),
+        Serdes.string(),
+        Serdes.string(),
+    ).build(db)
+    quix = quix_partition(os.path.join(root, "quix"))
+    offset = [0]
+
+    def tx_put() -> None:
+        put = store.put
+        for start in STARTS:
+            for k in keys:
+                put(k, VALUE, start)
+        offset[0] += 1
+        store.commit(offset[0])
+
+    def quix_put() -> None:
+        tx = quix.begin()
+        update = tx.update_window
+        for start in STARTS:
+            for k in bkeys:
+                update(
+                    start_ms=start, end_ms=start + SIZE, value=VALUE, timestamp_ms=start, prefix=k
+                )
+        tx.prepare()
+        offset[0] += 1
+        tx.flush(changelog_offset=offset[0])
+
+    puts = compare({"txstore": tx_put, "quix": quix_put}, n_keys * len(STARTS), settings)
+
+    fetch = store.fetch
+    view = store.read_committed()
+    quix_tx = quix.begin()
+    get_windows = quix_tx.get_windows
+    assert len(get_windows(start_from_ms=-1, start_to_ms=60_000, prefix=bkeys[0])) == 4
+    with fetch(keys[0], 0, 60_000) as it:
+        assert len(list(it)) == 4
+
+    def tx_fetch() -> None:
+        for k in keys:
+            with fetch(k, 0, 60_000) as it:
+                deque(it, maxlen=0)
+
+    def tx_fetch_committed_view() -> None:
+        vfetch = view.fetch
+        for k in keys:
+            with vfetch(k, 0, 60_000) as it:
+                deque(it, maxlen=0)
+
+    def quix_fetch() -> None:
+        for k in bkeys:
+            get_windows(start_from_ms=-1, start_to_ms=60_000, prefix=k)
+
+    fetches = compare(
+        {"txstore": tx_fetch, "txstore read-committed view": tx_fetch_committed_view,
+         "quix": quix_fetch},
+        n_keys,
+        settings,
+    )  # fmt: skip
+    # txstore only: a fetch while the overlay holds uncommitted writes of the same segment
+    for k in keys[::2]:
+        store.put(k, VALUE + "!", 0)
+    dirty = compare({"txstore (dirty overlay)": tx_fetch}, n_keys, settings)
+    store.recover(offset[0])
+    view.close()
+    db.close()
+    quix.close()
+    return {"puts": puts, "fetches": fetches, "dirty": dirty}
+
+
+def bench_bytes(root: str, n_keys: int) -> tuple[float, float]:
+    """Stored bytes per record: timestamped-with-headers minus plain-with-headers."""
+    headers = Headers([("trace-id", b"0123456789abcdef")])
+    sizes = {}
+    pages = {}
+    for name, fmt, make in (
+        ("ts_headers", HEADERS, lambda: ValueTimestampHeaders(VALUE, 7, headers)),
+        ("plain_headers", PLAIN_HEADERS, lambda: ValueAndHeaders(VALUE, headers)),
+    ):
+        with txstore.open(os.path.join(root, name)) as db:
+            w = db.window_store(
+                "w", Serdes.string(), Serdes.string(), retention=RETENTION, window_size=SIZE,
+                format=fmt,
+            )  # fmt: skip
+            value = make()
+            for start in STARTS:
+                for i in range(n_keys):
+                    w.put(f"user-{i:06d}", value, start)
+            w.commit(1)
+            env: Any = db.partition._sh.env  # type: ignore[union-attr]
+            with env.begin() as txn:
+                h = env.open_db(b"w.0", txn=txn, create=False)
+                sizes[name] = sum(len(v) for v in txn.cursor(h).iternext(keys=False))
+                st = txn.stat(h)
+                pages[name] = st["psize"] * (
+                    st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+                )
+    records = n_keys * len(STARTS)
+    by_values = (sizes["ts_headers"] - sizes["plain_headers"]) / records
+    by_pages = (pages["ts_headers"] - pages["plain_headers"]) / records
+    return by_values, by_pages
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer keys and rounds (< 1 minute)")
+    args = ap.parse_args()
+    if args.quick:
+        n_keys, settings = 10_000, Settings(repeats=3, target_ns=200_000_000, warmup=1)
+    else:
+        n_keys, settings = 50_000, Settings(repeats=7, target_ns=1_000_000_000, warmup=1)
+    print(
+        f"txstore window stores vs Quix Streams {quix_version()}; Python "
+        f"{platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs"
+    )
+    print(f"workload: {n_keys} keys x {len(STARTS)} windows, 100-character values; "
+          f"{settings.repeats} interleaved rounds, median\n")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench_window_") as root:
+        r = bench_speed(root, n_keys, settings)
+        by_values, by_pages = bench_bytes(root, n_keys)
+    puts, fetches = r["puts"], r["fetches"]
+    q_put, t_put = puts["quix"], puts["txstore"]
+    q_fetch, t_fetch = fetches["quix"], fetches["txstore"]
+    view = fetches["txstore read-committed view"]
+    dirty = r["dirty"]["txstore (dirty overlay)"]
+
+    def row(label: str, ours: Any, theirs: Any, reference: Any) -> list[str]:
+        """Table row; the ratio is Quix's time over ours (> 1: txstore faster)."""
+        spread = max(ours.spread, theirs.spread if theirs else 0.0)
+        return [
+            label,
+            fmt_ns(ours.median_ns),
+            fmt_ns(theirs.median_ns) if theirs else "-",
+            fmt_ratio(reference.median_ns / ours.median_ns) if reference else "-",
+            f"{spread:.0%}",
+        ]
+
+    rows = [
+        row("put + commit (ns / put)", t_put, q_put, q_put),
+        row("fetch 4 windows (ns / fetch)", t_fetch, q_fetch, q_fetch),
+        row("fetch, read-committed view", view, None, q_fetch),
+        row("fetch, uncommitted writes in overlay", dirty, None, q_fetch),
+    ]
+    print(table(["operation", "txstore", "quix", "quix / txstore", "spread"], rows))
+    print(f"\nstored value bytes per record, timestamped-with-headers minus plain-with-headers: "
+          f"{by_values:.2f} B (LMDB pages in use: {by_pages:+.2f} B per record)\n")  # fmt: skip
+    put_ratio = q_put.median_ns / t_put.median_ns
+    fetch_ratio = q_fetch.median_ns / t_fetch.median_ns
+    print(f"figure: window_put_commit_vs_quix = {put_ratio:.2f} x")
+    print(f"figure: window_fetch_vs_quix = {fetch_ratio:.2f} x")
+    print(f"figure: plain_headers_bytes_saved_per_record = {by_values:.0f} B")
+
+
+def quix_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("quixstreams")
+    except Exception:  # pragma: no cover - reported, not fatal
+        return "?"
+
+
+if __name__ == "__main__":
+    main()

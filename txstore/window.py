@@ -1,0 +1,465 @@
+"""Typed window stores: Kafka's ``WindowStore`` in all four value formats.
+
+One class serves every format; the value codec (:mod:`txstore.formats`) decides what values
+are: plain ``V``, :class:`~txstore.types.ValueAndTimestamp`,
+:class:`~txstore.types.ValueTimestampHeaders`, or :class:`~txstore.types.ValueAndHeaders` (the
+plain window store with headers, ``[headersSize][headersBytes][value]``). When the bytes are
+kept in another format than the one the store is used in, a
+:class:`~txstore.adapters.FormatAdapter` converts them on every read and write.
+
+Java overloads ``fetch`` by arity, and so does this class (the forms never collide):
+
+* ``V fetch(K key, long time)`` -> ``fetch(key, time)``, the value or None;
+* ``WindowStoreIterator<V> fetch(K key, long from, long to)`` -> ``fetch(key, time_from,
+  time_to)``;
+* ``KeyValueIterator<Windowed<K>, V> fetch(K from, K to, long from, long to)`` ->
+  ``fetch(key_from, key_to, time_from, time_to)``;
+* ``backwardFetch`` (3 or 4 arguments) -> ``backward_fetch``; ``fetchAll`` / ``backwardFetchAll``
+  -> ``fetch_all`` / ``backward_fetch_all``; ``all`` / ``backwardAll`` -> ``all`` /
+  ``backward_all``;
+* the ``Instant`` overloads -> the same names with timezone-aware ``datetime`` times.
+
+Single-key iterators yield ``KeyValue(timestamp, value)``; the others
+``KeyValue(Windowed(key, TimeWindow(start, start + window_size)), value)``. Bounds are
+inclusive; ``None`` as a range key is unbounded.
+
+>>> from txstore import Serdes, Stores
+>>> store = Stores.window_store_builder(
+...     Stores.in_memory_window_store("w", 60_000, 1_000, False), Serdes.string(), Serdes.long()
+... ).build()
+>>> store.put("a", 1, 0); store.put("a", 2, 1_000); store.put("aa", 3, 1_000)
+>>> store.fetch("a", 1_000)
+2
+>>> with store.fetch("a", 0, 5_000) as it:
+...     [(kv.key, kv.value) for kv in it]
+[(0, 1), (1000, 2)]
+>>> store.close()
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import struct
+from typing import Any, Generic, TypeVar, overload
+
+from txstore.adapters import FormatAdapter
+from txstore.codecs import ValueFormat
+from txstore.errors import InvalidArgumentError, InvalidTypeError
+from txstore.formats import ValueCodec
+from txstore.iterators import KeyValueIterator as BytesIterator
+from txstore.kv import KeyValueIterator
+from txstore.partition_base import MAX_KEY_SIZE
+from txstore.segments import RowsIterator, SegmentedBytesStore
+from txstore.serdes import Serde
+from txstore.types import KeyValue, TimeWindow, Windowed, check_long
+
+__all__ = ["DecodedIterator", "ReadOnlyWindowStore", "WindowStore", "WindowStoreIterator"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_Q = struct.Struct(">q")
+_QI = struct.Struct(">qi")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_MS = _dt.timedelta(milliseconds=1)
+
+#: A window store iterator: ``KeyValue(window start timestamp, value)`` pairs.
+WindowStoreIterator = KeyValueIterator
+
+
+def to_millis(name: str, value: object) -> int:
+    """Epoch milliseconds of ``value``: an ``int``, or an aware ``datetime`` (Java's
+    ``Instant`` overloads)."""
+    if type(value) is int and -(2**63) <= value < 2**63:
+        return value
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise InvalidArgumentError(f"{name} must be a timezone-aware datetime")
+        return (value - _EPOCH) // _MS
+    return check_long(name, value)
+
+
+class DecodedIterator(KeyValueIterator[K, V]):
+    """A typed iterator over pairs decoded in one go (a short single-key fetch).
+
+    Same interface as :class:`~txstore.kv.KeyValueIterator`; it yields nothing once closed or
+    once its store is closed."""
+
+    __slots__ = ("_closed", "_items", "_pos", "_store")
+
+    def __init__(self, items: list[Any], store: SegmentedBytesStore) -> None:
+        self._items: list[KeyValue[K, V]] = items
+        self._pos = 0
+        self._store = store
+        self._closed = False
+
+    def __next__(self) -> KeyValue[K, V]:
+        i = self._pos
+        if i < len(self._items) and self._store._open and not self._closed:
+            self._pos = i + 1
+            return self._items[i]
+        self._closed = True
+        raise StopIteration
+
+    def has_next(self) -> bool:
+        return self._pos < len(self._items) and self._store._open and not self._closed
+
+    def peek_next_key(self) -> K | None:
+        return self._items[self._pos].key if self.has_next() else None
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class TypedSegmentedStore(Generic[K, V]):
+    """What typed window and session stores share: serdes, value codec, adapter, and the
+    transaction methods over a :class:`~txstore.segments.SegmentedBytesStore` (or its
+    read-committed view, for the read-only variants)."""
+
+    _inner: Any
+
+    def __init__(
+        self,
+        inner: Any,
+        key_serde: Serde[K],
+        codec: ValueCodec[V],
+        adapter: FormatAdapter | None = None,
+    ) -> None:
+        self._inner = inner
+        self.key_serde = key_serde
+        self.codec = codec
+        self.adapter = adapter
+
+    def _key(self, key: K | None, suffix: int) -> bytes:
+        if key is None:
+            raise InvalidArgumentError("key cannot be null")
+        kb = self.key_serde.serialize(key)
+        if kb is None:
+            raise InvalidArgumentError(f"the key serde turned {key!r} into null")
+        if len(kb) > MAX_KEY_SIZE - suffix:
+            raise InvalidArgumentError(
+                f"serialized key is {len(kb)} bytes; with its {suffix}-byte window suffix it "
+                f"exceeds LMDB's maximum key size of {MAX_KEY_SIZE}"
+            )
+        return kb
+
+    def _bound(self, key: K | None, suffix: int) -> bytes | None:
+        return None if key is None else self._key(key, suffix)
+
+    @property
+    def _fast_decode(self) -> Any:
+        """``_decode`` for values known not to be None: the serde itself for plain values."""
+        if self.adapter is None and self.codec.format == ValueFormat.PLAIN:
+            return self.codec.serde.deserialize
+        return self._decode
+
+    def _decode(self, raw: bytes | None) -> V | None:
+        if raw is None:
+            return None
+        if self.adapter is not None:
+            raw = self.adapter.from_stored(raw)
+        result: V | None = self.codec.decode(raw)
+        return result
+
+    def _encode(self, value: V | None) -> bytes | None:
+        raw = self.codec.encode(value)
+        if raw is not None and self.adapter is not None:
+            raw = self.adapter.to_stored(raw)
+        return raw
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        name: str = self._inner.name
+        return name
+
+    @property
+    def format(self) -> ValueFormat:
+        """The value format the store is used in."""
+        return self.codec.format
+
+    @property
+    def stored_format(self) -> ValueFormat:
+        """The value format the bytes are written in (new segments, after an upgrade)."""
+        fmt: ValueFormat = self._inner._store.format
+        return fmt
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The largest window start (session end) seen by writes; -1 before any."""
+        t: int = self._inner.observed_stream_time
+        return t
+
+    @property
+    def retention_period(self) -> int:
+        """Retention in milliseconds."""
+        r: int = self._inner._store.retention
+        return r
+
+    @property
+    def segment_interval(self) -> int:
+        """Segment interval in milliseconds (``max(retention // 2, 60000)`` by default)."""
+        i: int = self._inner._store.segment_interval
+        return i
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the store lives in an LMDB file (``False`` for in-memory stores)."""
+        return bool(self._inner._store.persistent)
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The changelog offset of the last commit (of this snapshot, for a snapshot view),
+        or ``None`` if never committed."""
+        offset: int | None = self._inner.committed_offset
+        return offset
+
+    def _view(self, inner: Any) -> Any:
+        raise NotImplementedError
+
+    def snapshot(self) -> Any:
+        """A read-only view where every read sees one committed state (data and offset);
+        close it soon, it pins LMDB pages."""
+        inner = self._inner
+        view = inner.read_committed() if inner is inner._store else inner
+        return self._view(view.snapshot())
+
+    def close(self) -> None:
+        """Close the store (a view: its iterators and snapshot); idempotent. A store's
+        uncommitted writes are lost."""
+        self._inner.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = "persistent" if self.persistent else "in-memory"
+        return f"<{type(self).__name__} {self.name!r} {kind} {self.codec.format.name}>"
+
+
+class StoreControl:
+    """Writer-side methods of window and session stores: transactions, state, counters."""
+
+    _inner: SegmentedBytesStore
+
+    @property
+    def bytes_store(self) -> SegmentedBytesStore:
+        """The bytes store underneath (changelog restore, tests)."""
+        return self._inner
+
+    @property
+    def dropped_records(self) -> int:
+        """Records dropped because their segment (in-memory: their time) had expired."""
+        return self._inner.dropped_records
+
+    def commit(self, changelog_offset: int) -> None:
+        """Make buffered writes and segment drops durable with ``changelog_offset``, in one
+        LMDB transaction. An offset below the committed one raises ``OffsetError``."""
+        self._inner.commit(changelog_offset)
+
+    def recover(self, offset: int) -> bool:
+        """Discard uncommitted writes and staged segment drops; return whether the committed
+        offset is at or past ``offset``. O(uncommitted writes), never O(store size)."""
+        return self._inner.recover(offset)
+
+    def approximate_num_uncommitted_bytes(self) -> int:
+        """Approximate size of the buffered, uncommitted writes."""
+        return self._inner.approximate_num_uncommitted_bytes()
+
+    @property
+    def transactional(self) -> bool:
+        """Whether writes are buffered until :meth:`commit`."""
+        return self._inner.transactional
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the store can be used."""
+        return self._inner.is_open
+
+
+class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
+    """The read half of a window store (what a read-committed view or a query gets)."""
+
+    def __init__(
+        self,
+        inner: Any,
+        key_serde: Serde[K],
+        codec: ValueCodec[V],
+        adapter: FormatAdapter | None,
+        window_size: int,
+        seqnum: Any = None,
+    ) -> None:
+        super().__init__(inner, key_serde, codec, adapter)
+        self.window_size = window_size
+        self._seq_owner = seqnum
+
+    def _view(self, inner: Any) -> ReadOnlyWindowStore[K, V]:
+        return ReadOnlyWindowStore(
+            inner, self.key_serde, self.codec, self.adapter, self.window_size, self._seq_owner
+        )
+
+    def _current_seq(self) -> int:
+        owner = self._seq_owner
+        return 0 if owner is None else int(owner._seqnum)
+
+    def _windowed(self, raw: bytes) -> Windowed[K]:
+        n = len(raw) - 12
+        start = _Q.unpack_from(raw, n)[0]
+        key: Any = self.key_serde.deserialize(raw[:n])
+        return Windowed(key, TimeWindow.for_size(start, self.window_size))
+
+    def _single(self, inner: BytesIterator) -> KeyValueIterator[int, V]:
+        if type(inner) is RowsIterator:
+            decode, unpack = self._decode, _Q.unpack_from
+            items = [KeyValue(unpack(k, len(k) - 12)[0], decode(v)) for k, v in inner.rows]
+            return DecodedIterator(items, inner._store)
+        return KeyValueIterator(inner, _start_of, self._decode)
+
+    def _ranged(self, inner: BytesIterator) -> KeyValueIterator[Windowed[K], V]:
+        return KeyValueIterator(inner, self._windowed, self._decode)
+
+    @overload
+    def fetch(self, key: K, time: int | _dt.datetime, /) -> V | None: ...
+    @overload
+    def fetch(
+        self, key: K, time_from: int | _dt.datetime, time_to: int | _dt.datetime, /
+    ) -> KeyValueIterator[int, V]: ...
+    @overload
+    def fetch(
+        self,
+        key_from: K | None,
+        key_to: K | None,
+        time_from: int | _dt.datetime,
+        time_to: int | _dt.datetime,
+        /,
+    ) -> KeyValueIterator[Windowed[K], V]: ...
+    def fetch(self, *args: Any) -> Any:
+        """``fetch(key, time)``: the value of the window of ``key`` starting at ``time``, or
+        None. ``fetch(key, time_from, time_to)``: the windows of ``key`` starting in
+        ``[time_from, time_to]``, by start time. ``fetch(key_from, key_to, time_from,
+        time_to)``: the windows of a key range, segment by segment and by key within one.
+        O(log n) per segment to start, O(1) amortized per window."""
+        if len(args) == 2:
+            return self._fetch_one(args[0], to_millis("time", args[1]))
+        return self._fetch(args, reverse=False)
+
+    @overload
+    def backward_fetch(
+        self, key: K, time_from: int | _dt.datetime, time_to: int | _dt.datetime, /
+    ) -> KeyValueIterator[int, V]: ...
+    @overload
+    def backward_fetch(
+        self,
+        key_from: K | None,
+        key_to: K | None,
+        time_from: int | _dt.datetime,
+        time_to: int | _dt.datetime,
+        /,
+    ) -> KeyValueIterator[Windowed[K], V]: ...
+    def backward_fetch(self, *args: Any) -> Any:
+        """The windows of :meth:`fetch` (3 or 4 arguments), in reverse order."""
+        return self._fetch(args, reverse=True)
+
+    def _fetch_one(self, key: K, time: int) -> V | None:
+        kb = self._key(key, 12)
+        return self._decode(self._inner.get(kb + _QI.pack(time, self._current_seq())))
+
+    def _fetch(self, args: tuple[Any, ...], reverse: bool) -> Any:
+        if len(args) == 3:
+            kb = self._key(args[0], 12)
+            t0, t1 = to_millis("time_from", args[1]), to_millis("time_to", args[2])
+            inner = self._inner
+            if type(inner) is SegmentedBytesStore:
+                rows = inner.fetch_window_rows(kb, t0, t1, reverse)
+                if rows is not None:
+                    decode, unpack, new = self._fast_decode, _Q.unpack_from, tuple.__new__
+                    n = len(kb)  # every row's key is kb || L(start) || I(seq)
+                    items = [new(KeyValue, (unpack(k, n)[0], decode(v))) for k, v in rows]
+                    return DecodedIterator(items, inner)
+            return self._single(
+                self._inner.fetch(kb, None, t0, t1, reverse=reverse, single_key=True)
+            )
+        if len(args) == 4:
+            lo, hi = self._bound(args[0], 12), self._bound(args[1], 12)
+            t0, t1 = to_millis("time_from", args[2]), to_millis("time_to", args[3])
+            return self._ranged(self._inner.fetch(lo, hi, t0, t1, reverse=reverse))
+        raise InvalidTypeError(
+            f"fetch takes (key, time), (key, time_from, time_to) or (key_from, key_to, "
+            f"time_from, time_to); got {len(args)} arguments"
+        )
+
+    def fetch_all(
+        self, time_from: int | _dt.datetime, time_to: int | _dt.datetime
+    ) -> KeyValueIterator[Windowed[K], V]:
+        """Every key's windows starting in ``[time_from, time_to]``."""
+        t0, t1 = to_millis("time_from", time_from), to_millis("time_to", time_to)
+        return self._ranged(self._inner.fetch_all(t0, t1))
+
+    def backward_fetch_all(
+        self, time_from: int | _dt.datetime, time_to: int | _dt.datetime
+    ) -> KeyValueIterator[Windowed[K], V]:
+        """:meth:`fetch_all` in reverse order."""
+        t0, t1 = to_millis("time_from", time_from), to_millis("time_to", time_to)
+        return self._ranged(self._inner.fetch_all(t0, t1, reverse=True))
+
+    def all(self) -> KeyValueIterator[Windowed[K], V]:
+        """Every unexpired window."""
+        return self._ranged(self._inner.all())
+
+    def backward_all(self) -> KeyValueIterator[Windowed[K], V]:
+        """Every unexpired window, in reverse order."""
+        return self._ranged(self._inner.all(reverse=True))
+
+
+def _start_of(raw: bytes) -> int:
+    start: int = _Q.unpack_from(raw, len(raw) - 12)[0]
+    return start
+
+
+class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
+    """A typed window store: Kafka's ``WindowStore`` with snake_case names.
+
+    Create one with :class:`~txstore.stores.Stores` builders or
+    :meth:`txstore.Database.window_store`. ``retain_duplicates`` stores every put of a
+    ``(key, window)`` under its own sequence number (1, 2, ... wrapping at 2^31 - 1, reset on
+    reopen, as Kafka's), and makes ``put(key, None, t)`` a no-op; without it a put overwrites
+    the window and ``put(key, None, t)`` deletes it.
+    """
+
+    def __init__(
+        self,
+        inner: SegmentedBytesStore,
+        key_serde: Serde[K],
+        codec: ValueCodec[V],
+        adapter: FormatAdapter | None,
+        window_size: int,
+        retain_duplicates: bool,
+    ) -> None:
+        super().__init__(inner, key_serde, codec, adapter, window_size, self)
+        self.retain_duplicates = retain_duplicates
+        self._seqnum = 0
+
+    def put(self, key: K, value: V | None, window_start_timestamp: int) -> None:
+        """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``.
+
+        A record whose segment has expired is dropped (counted in :attr:`dropped_records`).
+        O(1) into the overlay (transactional) or one LMDB write (not)."""
+        kb = self._key(key, 12)
+        ts = check_long("window_start_timestamp", window_start_timestamp)
+        raw = self._encode(value)
+        if self.retain_duplicates:
+            if raw is None:
+                return  # Kafka: "this delete is a no-op"
+            self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
+        self._inner.put_at(kb + _QI.pack(ts, self._seqnum), ts, raw)
+
+    def read_committed(self) -> ReadOnlyWindowStore[K, V]:
+        """A read-only view of committed data (KIP-892's read-committed isolation), usable
+        from other threads while this store writes and commits."""
+        return self._view(self._inner.read_committed())
+
+    def __enter__(self) -> WindowStore[K, V]:
+        return self
