@@ -49,7 +49,11 @@ from typing import Any, TypeVar
 
 from txstore import codecs, faults
 from txstore.changelog import CleanupPolicy, FileChangelog
-from txstore.changelogging import ChangeLoggingKeyValueBytesStore, RecordContext
+from txstore.changelogging import (
+    ChangeLoggingKeyValueBytesStore,
+    ChangeLoggingSegmentedBytesStore,
+    RecordContext,
+)
 from txstore.codecs import ValueFormat
 from txstore.database import Database
 from txstore.errors import (
@@ -59,7 +63,9 @@ from txstore.errors import (
     StoreClosedError,
 )
 from txstore.kv import KeyValueStore
-from txstore.stores import KeyValueStoreBuilder
+from txstore.session import SessionStore
+from txstore.stores import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
+from txstore.window import WindowStore
 
 __all__ = ["RecordContext", "RestoreProgress", "RestoreReport", "Task", "TaskCorruptedError"]
 
@@ -71,6 +77,9 @@ V = TypeVar("V")
 RESTORE_BATCH = 10_000
 #: Run changelog cleanup (compaction, retention) every this many commits.
 CLEAN_EVERY = 100
+#: Kafka's ``windowstore.changelog.additional.retention.ms``: windowed changelogs keep records
+#: this much longer than the store does.
+CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 3600 * 1000
 
 
 class TaskCorruptedError(StorageError):
@@ -196,6 +205,37 @@ class Task:
         )
         return typed
 
+    def window_store(self, builder: WindowStoreBuilder[K, V]) -> WindowStore[K, V]:
+        """Open a window store of this task with a change-logging layer and its changelog
+        (``cleanup.policy=compact,delete``, retention = the store's retention plus
+        :data:`CHANGELOG_ADDITIONAL_RETENTION_MS`). Call before :meth:`initialize`."""
+        self._check_created()
+        store = self.db.open_window_store(builder)
+        self._add_segmented(builder.name, "window", store, builder.supplier.retention_period)
+        return store
+
+    def session_store(self, builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
+        """Open a session store of this task with a change-logging layer and its changelog
+        (as :meth:`window_store`). Call before :meth:`initialize`."""
+        self._check_created()
+        store = self.db.open_session_store(builder)
+        self._add_segmented(builder.name, "session", store, builder.supplier.retention_period)
+        return store
+
+    def _add_segmented(self, name: str, kind: str, store: Any, retention: int) -> None:
+        raw = store._inner
+        options: dict[str, Any] = {"retention_ms": retention + CHANGELOG_ADDITIONAL_RETENTION_MS}
+        options.update(self._changelog_options)
+        log = FileChangelog(
+            self.path / "changelog" / name,
+            cleanup_policy=CleanupPolicy.COMPACT_DELETE,
+            fsync=self.sync,
+            **options,
+        )
+        fmt = ValueFormat(raw.format)
+        store._inner = ChangeLoggingSegmentedBytesStore(raw, log, fmt, self.context)
+        self._entries[name] = _Entry(name, kind, fmt, raw, log, store)
+
     def store(self, name: str) -> Any:
         """A store of this task by name."""
         try:
@@ -287,7 +327,11 @@ class Task:
             stored = values[:n]
             if entry.format != ValueFormat.PLAIN:
                 stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
-            raw.put_all(list(zip(keys[:n], stored, strict=True)))
+            pairs = list(zip(keys[:n], stored, strict=True))
+            if entry.kind == "key_value":
+                raw.put_all(pairs)
+            else:
+                raw.restore(pairs)
             raw.commit(offsets[n - 1] + 1)
             restored += n
             for column in (offsets, keys, values, stamps, headers):
@@ -348,7 +392,11 @@ class Task:
     def clean_changelogs(self, now_ms: int | None = None) -> None:
         """Compact key-value changelogs and apply retention to windowed ones."""
         for entry in self._entries.values():
-            entry.log.clean(now_ms)
+            if entry.kind == "key_value":
+                entry.log.clean(now_ms)
+            elif entry.raw.observed_stream_time >= 0:
+                # Windowed changelogs expire by stream time, never by the wall clock.
+                entry.log.clean(entry.raw.observed_stream_time if now_ms is None else now_ms)
 
     @property
     def input_position(self) -> int | None:
