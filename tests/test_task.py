@@ -180,3 +180,26 @@ def test_abort_discards_since_last_commit(tmp_path: Path) -> None:
             process(task, i)
         task.commit(20)
     assert recovered_state(tmp_path) == (20, model(20))
+
+
+def test_restore_into_each_key_value_format_is_byte_exact(tmp_path: Path) -> None:
+    import lmdb
+
+    def committed(path: Path) -> dict[bytes, list[tuple[bytes, bytes]]]:
+        env = lmdb.open(str(path / "data"), readonly=True, max_dbs=64, lock=True)
+        try:
+            with env.begin() as txn:
+                names = [k for k, _ in txn.cursor()]
+                return {n: list(txn.cursor(env.open_db(n, txn=txn, create=False))) for n in names}
+        finally:
+            env.close()
+
+    assert run_child(tmp_path / "a", 90, 30) == 0
+    before = committed(tmp_path / "a")
+    for f in (tmp_path / "a" / "data").iterdir():
+        f.unlink()  # only the changelogs are left
+    with open_task(str(tmp_path / "a")) as task:
+        report = task.initialize()
+        assert report.restored == {"counts": 90, "latest": 90, "tagged": 90}
+        assert state(task) == model(90)
+    assert committed(tmp_path / "a") == before
