@@ -33,7 +33,7 @@ def partitions_of(path: str | os.PathLike[str]) -> dict[int | None, Path]:
         return {None: p}
     if not p.is_dir():
         raise InvalidArgumentError(f"{str(p)!r} does not exist")
-    found: dict[int | None, Path] = dict(partition_dirs(p))
+    found: dict[int | None, Path] = {n: d for n, d in partition_dirs(p).items()}
     if not found:
         raise InvalidArgumentError(
             f"{str(p)!r} is neither a partition directory (no data/) nor a state directory "
