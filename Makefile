@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.txstore-installed
-EXTRAS ?= dev
+EXTRAS ?= dev,spark
 PYTEST_ARGS ?=
 
 .PHONY: setup test lint typecheck pytest demo bench clean

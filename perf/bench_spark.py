@@ -1,0 +1,207 @@
+"""Spark benchmark: a txstore store read through the data source vs the same rows from Parquet.
+
+Workload (issue 8): ``N`` = 1,000,000 rows in one key-value store (``string`` keys
+``user-00000042``, ``long`` values), spread over ``--partitions`` partitions (default 4) of a
+state directory. The same rows are written once as Parquet by Spark itself (from the data
+source, untimed). Then, in one local Spark session (``local[2]`` by default, loopback, no UI),
+interleaved rounds in a rotating order, each variant runs the same query from scratch::
+
+    spark.read.<source>.load(path).agg(count("*"), sum("value"), sum(length("key"))).collect()
+
+* ``txstore live``: ``format("txstore")`` over the live state directory (plan-time cut, each
+  task verifies its partition's LMDB transaction and reads it in one read transaction);
+* ``txstore snapshot``: the same over a snapshot directory (``txstore snapshot``), what a
+  cluster reads;
+* ``parquet``: ``spark.read.parquet`` over the Parquet copy (vectorized reader, column
+  pruning: the baseline a data engineer would compare with).
+
+Each query's wall time includes planning (a Python planner worker for the data source, file
+listing and footers for Parquet), the scan and the aggregation. The three results are checked
+equal. For context, the executor-side Python cost is timed without Spark too (the ``read_task``
+generator of every partition in this process: LMDB scan, decoding, Arrow batches).
+
+Run ``python perf/bench_spark.py [--quick]`` (``--quick``: 3 rounds, under two minutes; full:
+7 rounds). The output ends with ``figure: spark_read_vs_parquet = <x> x`` (median ``txstore
+live`` time / median ``parquet`` time; goal <= 2) and ``figure: spark_rows_per_s = <n> rows/s``
+(``N`` / median ``txstore live`` time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from _harness import fmt_ratio, table
+
+ROOT = Path(__file__).resolve().parent.parent
+STORE = "counts"
+
+
+def build_state(root: Path, rows: int, partitions: int) -> float:
+    """Write ``rows`` rows round-robin into ``partitions`` partitions; returns seconds."""
+    import txstore
+    from txstore import Serdes
+
+    t0 = time.perf_counter()
+    for p in range(partitions):
+        with txstore.open(root / str(p), map_size=1 << 30) as db:
+            kv = db.key_value_store(STORE, Serdes.string(), Serdes.long())
+            kv.put_all((f"user-{i:08d}", i) for i in range(p, rows, partitions))
+            db.commit({STORE: rows})
+    return time.perf_counter() - t0
+
+
+def start_spark(cores: int) -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("txstore-bench-spark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    import txstore.spark
+
+    txstore.spark.register(spark)
+    return spark
+
+
+def python_read_seconds(state: Path) -> tuple[float, int]:
+    """Executor-side work without Spark: every partition's ``read_task``, in this process."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from txstore.spark.options import parse_options
+    from txstore.spark.plan import plan, resolve
+    from txstore.spark.reader import read_task
+    from txstore.spark.schema import layout
+
+    opts = parse_options({"path": str(state), "store": STORE})
+    _, spec = resolve(opts)
+    lay = layout(spec, opts)
+    schema = to_arrow_schema(lay.schema, timezone="UTC")
+    t0 = time.perf_counter()
+    _, tasks = plan(opts, spec)
+    n = sum(b.num_rows for t in tasks for b in read_task(t, lay, schema, opts.batch_size))
+    return time.perf_counter() - t0, n
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="3 rounds (under two minutes)")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
+    parser.add_argument("--rounds", type=int, default=0, help="interleaved rounds (override)")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 7)
+    started = time.perf_counter()
+    print(
+        f"txstore Spark benchmark ({'quick' if args.quick else 'full'}): Python "
+        f"{platform.python_version()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+        f"{args.rows:,} rows in {args.partitions} partitions, local[{args.cores}], "
+        f"{rounds} interleaved rounds"
+    )
+    work = Path(tempfile.mkdtemp(prefix="txstore-bench-spark-"))
+    try:
+        state, snap, pq = work / "state", work / "snap", work / "parquet"
+        print(f"load: {build_state(state, args.rows, args.partitions):.1f} s")
+        from txstore.snapshot import snapshot_state_dir
+
+        t0 = time.perf_counter()
+        snapshot_state_dir(state, snap)
+        print(f"snapshot: {time.perf_counter() - t0:.2f} s")
+        py_s, py_n = min(python_read_seconds(state) for _ in range(2))
+        assert py_n == args.rows
+        print(
+            f"executor-side Python alone (LMDB scan + decode + Arrow, 1 core): {py_s:.2f} s, "
+            f"{py_n / py_s:,.0f} rows/s"
+        )
+        t0 = time.perf_counter()
+        spark = start_spark(args.cores)
+        from pyspark.sql import functions as F
+
+        print(f"Spark session: {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
+        spark.read.format("txstore").load(str(state)).write.parquet(str(pq))
+        print(
+            f"Parquet copy written by Spark from the data source: {time.perf_counter() - t0:.1f} s"
+        )
+
+        def query(load: Callable[[], Any]) -> Callable[[], tuple[float, Any]]:
+            def run() -> tuple[float, Any]:
+                t = time.perf_counter()
+                df = load()
+                result = df.agg(F.count("*"), F.sum("value"), F.sum(F.length("key"))).collect()
+                return time.perf_counter() - t, tuple(result[0])
+
+            return run
+
+        variants = {
+            "txstore live": query(lambda: spark.read.format("txstore").load(str(state))),
+            "txstore snapshot": query(lambda: spark.read.format("txstore").load(str(snap))),
+            "parquet": query(lambda: spark.read.parquet(str(pq))),
+        }
+        names = list(variants)
+        results = {name: variants[name]()[1] for name in names}  # warm-up, and the check
+        assert len(set(results.values())) == 1, results
+        assert results["parquet"][0] == args.rows
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            if r % 2:
+                order.reverse()
+            for name in order:
+                seconds, result = variants[name]()
+                assert result == results[name]
+                samples[name].append(seconds)
+        med = {name: statistics.median(s) for name, s in samples.items()}
+        base = med["parquet"]
+        print()
+        print("Query wall time, seconds (median of rounds; noise = (max - min) / median)")
+        print(
+            table(
+                ["variant", "median", "min", "max", "vs parquet", "rows/s", "noise"],
+                [
+                    [
+                        name,
+                        f"{med[name]:.3f}",
+                        f"{min(s):.3f}",
+                        f"{max(s):.3f}",
+                        fmt_ratio(med[name] / base),
+                        f"{args.rows / med[name]:,.0f}",
+                        f"{(max(s) - min(s)) / med[name]:.0%}",
+                    ]
+                    for name, s in samples.items()
+                ],
+            )
+        )
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(f"elapsed {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
+    print(f"figure: spark_read_vs_parquet = {med['txstore live'] / base:.2f} x")
+    print(f"figure: spark_rows_per_s = {args.rows / med['txstore live']:,.0f} rows/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

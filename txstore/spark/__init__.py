@@ -1,0 +1,66 @@
+"""txstore as a Spark data source (``pip install 'txstore[spark]'``: PySpark >= 4.0, pyarrow).
+
+::
+
+    import txstore.spark
+
+    txstore.spark.register(spark)
+    df = spark.read.format("txstore").option("store", "users").load("/var/lib/app/state")
+
+Two sources, registered per Spark session by :func:`register`:
+
+* ``txstore``: the committed rows of one store (key-value, window or session) across partitions
+  (:class:`~txstore.spark.datasource.TxStoreDataSource`; options in
+  :mod:`txstore.spark.options`, columns in :mod:`txstore.spark.schema`, the consistency
+  guarantee in :mod:`txstore.spark.plan`);
+* ``txstore-metadata``: one row per store.
+
+``import txstore`` never imports this package or PySpark; importing this package does not
+import PySpark either until :func:`register` (or a data source class) is used, so the option
+parsing and planning code is usable without it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from txstore.spark.datasource import TxStoreDataSource, TxStoreMetadataDataSource
+
+__all__ = [
+    "METADATA_SOURCE_NAME",
+    "SOURCE_NAME",
+    "TxStoreDataSource",
+    "TxStoreMetadataDataSource",
+    "register",
+]
+
+SOURCE_NAME = "txstore"
+METADATA_SOURCE_NAME = "txstore-metadata"
+
+_MISSING = "txstore.spark needs PySpark >= 4.0 and pyarrow: pip install 'txstore[spark]' ({exc})"
+
+
+def _datasource() -> Any:
+    try:
+        from txstore.spark import datasource
+    except ImportError as exc:
+        raise ImportError(_MISSING.format(exc=exc)) from exc
+    return datasource
+
+
+def register(spark: Any) -> None:
+    """Register the ``txstore`` and ``txstore-metadata`` sources with the session ``spark``.
+
+    Registration is per session (call it again for a new session). The Python workers need
+    txstore importable: run them with the same environment (``PYSPARK_PYTHON``).
+    """
+    ds = _datasource()
+    spark.dataSource.register(ds.TxStoreDataSource)
+    spark.dataSource.register(ds.TxStoreMetadataDataSource)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("TxStoreDataSource", "TxStoreMetadataDataSource"):
+        return getattr(_datasource(), name)
+    raise AttributeError(f"module 'txstore.spark' has no attribute {name!r}")

@@ -1,0 +1,242 @@
+"""The PySpark data sources ``txstore`` and ``txstore-metadata`` (Python Data Source API, 4.0+).
+
+Life of a read, and in which process each step runs:
+
+1. ``spark.read.format("txstore")...load(path)``: Spark creates :class:`TxStoreDataSource` in a
+   Python worker and asks its :meth:`~TxStoreDataSource.schema`: the options are checked, the
+   source and the store resolved (:func:`txstore.spark.plan.resolve`), and the schema follows
+   from the store's format and serdes. Bad options fail here, before any query.
+2. An action plans the query: Spark unpickles the data source in a planner worker and calls
+   :meth:`TxStoreReader.partitions`, which takes the committed cut (:func:`txstore.spark.plan.plan`)
+   and returns one :class:`TxStoreInputPartition` per store partition, holding only picklable
+   data (path, partition, LMDB transaction id, offset). Nothing LMDB is kept on the reader, so
+   it pickles. Spark reuses this plan for every later action on the *same* DataFrame.
+3. Executors call :meth:`TxStoreReader.read` once per input partition, in forked Python
+   workers: it opens the partition there (:func:`txstore.spark.reader.read_task`). When there is
+   nothing to read, Spark still calls ``read`` once with ``InputPartition(None)``; it yields
+   nothing.
+
+No filter pushdown is implemented: PySpark fails every read of a reader that implements
+``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled`` is set; use the
+``partitions`` option to prune partitions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from txstore.errors import InvalidArgumentError
+from txstore.partition import Partition
+from txstore.snapshot import begin_cut
+from txstore.spark.options import ReadOptions, parse_options
+from txstore.spark.plan import (
+    ReadTask,
+    Source,
+    StoreSpec,
+    open_source,
+    plan,
+    resolve,
+)
+from txstore.spark.reader import read_task
+from txstore.spark.schema import ReadLayout, layout, metadata_schema
+
+__all__ = [
+    "METADATA_SOURCE_NAME",
+    "SOURCE_NAME",
+    "TxStoreDataSource",
+    "TxStoreInputPartition",
+    "TxStoreMetadataDataSource",
+    "TxStoreReader",
+]
+
+SOURCE_NAME = "txstore"
+METADATA_SOURCE_NAME = "txstore-metadata"
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    # Exactly what PySpark derives from the declared schema and checks every batch against.
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class TxStoreInputPartition(InputPartition):
+    """One store partition to read, at the planned cut (picklable)."""
+
+    def __init__(self, task: ReadTask) -> None:
+        super().__init__(task.partition)
+        self.task = task
+
+    def __repr__(self) -> str:
+        t = self.task
+        return (
+            f"TxStoreInputPartition(partition={t.partition}, store={t.store!r}, "
+            f"offset={t.committed_offset}, snapshot={t.snapshot})"
+        )
+
+
+class TxStoreDataSource(DataSource):
+    """``spark.read.format("txstore")``: one store across the partitions of a state directory,
+    a partition directory or a snapshot. Options: :mod:`txstore.spark.options`; columns:
+    :mod:`txstore.spark.schema`."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self._resolved: tuple[ReadOptions, StoreSpec, ReadLayout] | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _resolve(self) -> tuple[ReadOptions, StoreSpec, ReadLayout]:
+        if self._resolved is None:
+            opts = parse_options(dict(self.options))
+            _, spec = resolve(opts)
+            self._resolved = (opts, spec, layout(spec, opts))
+        return self._resolved
+
+    def schema(self) -> StructType:
+        return self._resolve()[2].schema
+
+    def reader(self, schema: StructType) -> TxStoreReader:
+        opts, spec, lay = self._resolve()
+        if schema != lay.schema:
+            raise InvalidArgumentError(
+                f"the txstore source decides its schema ({lay.schema.simpleString()}); "
+                f"got {schema.simpleString()}: drop .schema(...) and use the options "
+                "keySchema/valueSchema/decode"
+            )
+        return TxStoreReader(opts, spec, lay)
+
+
+class TxStoreReader(DataSourceReader):
+    """Plans the cut on the driver and reads one partition per task (see the module doc)."""
+
+    def __init__(self, options: ReadOptions, spec: StoreSpec, layout: ReadLayout) -> None:
+        self.options = options
+        self.spec = spec
+        self.layout = layout
+        self.planned_source: str | None = None
+
+    def partitions(self) -> list[InputPartition]:
+        source, tasks = plan(self.options, self.spec)
+        self.planned_source = source.path
+        return [TxStoreInputPartition(t) for t in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, TxStoreInputPartition):
+            return iter(())  # Spark's single call for an empty plan: InputPartition(None)
+        return read_task(
+            partition.task,
+            self.layout,
+            _arrow_schema(self.layout.schema),
+            self.options.batch_size,
+        )
+
+
+# -- metadata ----------------------------------------------------------------------------------
+
+
+class TxStoreMetadataDataSource(DataSource):
+    """``spark.read.format("txstore-metadata").load(path)``: one row per store.
+
+    Columns: ``store``, ``kind``, ``format``, ``key_serde``, ``value_serde``,
+    ``num_partitions``, ``partitions``, ``committed_offsets`` (partition -> offset, null when
+    never committed), ``entries`` (committed entries over all partitions), ``configuration``
+    (every metadata field; values that are not text as JSON), ``snapshot`` (read from a
+    snapshot). Live partitions are each read in one read transaction.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return METADATA_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        given = {k.lower() for k in self.options}
+        unknown = sorted(given - {"path"})
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown option {unknown[0]!r}: the txstore-metadata source takes only a path"
+            )
+        if not self.options.get("path"):
+            raise InvalidArgumentError(
+                'no path: spark.read.format("txstore-metadata").load(<state dir or snapshot>)'
+            )
+        open_source(str(self.options["path"]))
+        return metadata_schema()
+
+    def reader(self, schema: StructType) -> MetadataReader:
+        return MetadataReader(str(self.options["path"]), schema)
+
+
+class MetadataReader(DataSourceReader):
+    """Reads the store metadata of every partition in one task."""
+
+    def __init__(self, path: str, schema: StructType) -> None:
+        self.path = path
+        self.schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(self.path)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        rows = metadata_rows(open_source(self.path))
+        schema = _arrow_schema(self.schema)
+        if not rows:
+            return iter(())
+        columns = {name: [r[name] for r in rows] for name in schema.names}
+        return iter(
+            [
+                pa.RecordBatch.from_arrays(
+                    [pa.array(columns[f.name], f.type) for f in schema], schema=schema
+                )
+            ]
+        )
+
+
+def metadata_rows(source: Source) -> list[dict[str, Any]]:
+    """One dict per store of ``source`` (the columns of ``txstore-metadata``)."""
+    per_store: dict[str, dict[str, Any]] = {}
+
+    def add(number: int, name: str, meta: dict[str, Any], offset: int | None, n: int) -> None:
+        row = per_store.setdefault(
+            name,
+            {
+                "store": name,
+                "kind": str(meta.get("kind", "")),
+                "format": meta.get("format"),
+                "key_serde": meta.get("key_serde"),
+                "value_serde": meta.get("value_serde"),
+                "partitions": [],
+                "committed_offsets": [],
+                "entries": 0,
+                "configuration": {
+                    k: v if isinstance(v, str) else json.dumps(v) for k, v in sorted(meta.items())
+                },
+                "snapshot": source.is_snapshot,
+            },
+        )
+        row["partitions"].append(number)
+        row["committed_offsets"].append((number, offset))
+        row["entries"] += n
+
+    if source.manifest is not None:
+        for cut in source.manifest.partitions:
+            for name, sc in sorted(cut.stores.items()):
+                add(cut.partition, name, dict(sc.meta), sc.committed_offset, sc.entries)
+    else:
+        for number, path in source.partitions.items():
+            with Partition(path, readonly=True) as p:
+                snap, cut = begin_cut(p, number=number, path=path)
+                snap.close()
+            for name, sc in sorted(cut.stores.items()):
+                add(number, name, dict(sc.meta), sc.committed_offset, sc.entries)
+    rows = [per_store[name] for name in sorted(per_store)]
+    for row in rows:
+        row["num_partitions"] = len(row["partitions"])
+    return rows
