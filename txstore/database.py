@@ -389,6 +389,15 @@ class Database:
             raise InvalidTypeError("offsets must be a mapping of store name to offset")
         self.partition.commit_stores(dict(offsets))
 
+    def snapshot(self, dest: str | os.PathLike[str]) -> Any:
+        """Copy this partition's committed state into the new directory ``dest``: LMDB's
+        compacting copy taken in one read transaction, plus ``manifest.json`` with the stores,
+        configurations and committed offsets of exactly that copy. Writers may keep running.
+        Returns the manifest (:mod:`txstore.snapshot`). O(committed data)."""
+        from txstore.snapshot import snapshot_partition
+
+        return snapshot_partition(self.partition, dest)
+
     def close(self) -> None:
         """Close every store and the environment; idempotent. Uncommitted writes are lost."""
         for store in self._stores.values():
