@@ -61,10 +61,17 @@ class StoreView:
         self.close()
 
 
-def open_view(partition: PartitionBase, name: str, snapshot: Snapshot | None = None) -> StoreView:
+def open_view(
+    partition: PartitionBase,
+    name: str,
+    snapshot: Snapshot | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> StoreView:
     """A read-committed view of store ``name`` of ``partition`` (read-only partitions work),
-    built from its metadata; with ``snapshot``, every read sees that one commit."""
-    meta = partition.store_meta(name)
+    built from its metadata (``meta``, or what the partition records); with ``snapshot``,
+    every read sees that one commit."""
+    if meta is None:
+        meta = partition.store_meta(name)
     if meta is None:
         known = ", ".join(partition.store_names()) or "none"
         raise InvalidArgumentError(f"no store {name!r} in {partition.path}; stores: {known}")

@@ -19,13 +19,14 @@ import gc
 import json
 import sys
 from array import array
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from itertools import islice
 from typing import Any, Final
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
+from txstore.catalog import open_view
 from txstore.codecs import (
     ValueFormat,
     decode_headers,
@@ -250,55 +251,12 @@ def _store_chunks(
             if frontier is None:
                 return
             rng = rng.after(frontier, False)
-    view = _open_view(partition, snap, task.store, meta)
-    try:
-        with view.all() as it:
-            while True:
-                rows = list(islice(it, n))
-                if not rows:
-                    return
-                yield rows
-    finally:
-        view.close_store()
-
-
-class _View:
-    """A store opened read-only on ``partition`` and its read-committed view over a snapshot."""
-
-    def __init__(self, store: Any, view: Any) -> None:
-        self.store = store
-        self.view = view
-
-    def all(self) -> Any:
-        return self.view.all()
-
-    def close_store(self) -> None:
-        self.store.close()
-
-
-def _open_view(partition: Partition, snap: Snapshot, name: str, meta: Mapping[str, Any]) -> _View:
-    kind = meta["kind"]
-    fmt = ValueFormat[meta["format"]]
-    if kind == "key_value":
-        from txstore.upgrade import UpgradingBytesKeyValueStore, UpgradingReadCommittedView
-
-        legacy = [(suffix, ValueFormat[f]) for suffix, f in meta.get("legacy") or ()]
-        kv = UpgradingBytesKeyValueStore(
-            name, partition, fmt=fmt, data_suffix=meta["db"], legacy=legacy
-        )
-        return _View(kv, UpgradingReadCommittedView(kv, snap))
-    from txstore.schemas import SessionKeySchema, WindowKeySchema
-    from txstore.segments import SegmentedBytesStore, SegmentedReadCommittedView
-
-    store = SegmentedBytesStore(
-        name,
-        partition,
-        schema=WindowKeySchema() if kind == "window" else SessionKeySchema(),
-        retention=int(meta["retention"]),
-        segment_interval=int(meta["segment_interval"]),
-        fmt=fmt,
-    )
-    return _View(store, SegmentedReadCommittedView(store, snap))
+    with open_view(partition, task.store, snap, meta) as view, view.rows() as it:
+        while True:
+            rows = list(islice(it, n))
+            if not rows:
+                return
+            yield rows
 
 
 def read_task(
