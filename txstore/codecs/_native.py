@@ -19,7 +19,7 @@ from contextlib import suppress
 from itertools import accumulate, repeat
 from typing import Any, cast
 
-from txstore import _codecs
+import txstore._codecs as _codecs
 from txstore.codecs._common import (
     INT_MAX,
     LONG_MAX,
