@@ -40,6 +40,14 @@ from txstore.types import (
     Windowed,
 )
 from txstore.window import ReadOnlyWindowStore, WindowStore
+from txstore.windowed import (
+    Materialized,
+    SessionWindowedSerde,
+    TimeWindowedSerde,
+    WindowedSerdes,
+    sessioned_table,
+    windowed_table,
+)
 
 __version__ = "0.1.0"
 
@@ -55,6 +63,7 @@ __all__ = [
     "InvalidStateStoreError",
     "InvalidTypeError",
     "KeyValue",
+    "Materialized",
     "OffsetError",
     "ReadOnlyError",
     "ReadOnlySessionStore",
@@ -64,10 +73,12 @@ __all__ = [
     "SerializationError",
     "SessionStore",
     "SessionWindow",
+    "SessionWindowedSerde",
     "StorageError",
     "StoreClosedError",
     "Stores",
     "TimeWindow",
+    "TimeWindowedSerde",
     "TxStoreError",
     "UnsupportedOperationError",
     "ValueAndHeaders",
@@ -76,8 +87,11 @@ __all__ = [
     "ValueTimestampHeaders",
     "WindowStore",
     "Windowed",
+    "WindowedSerdes",
     "__version__",
     "open",
     "register_serde",
     "serde_by_name",
+    "sessioned_table",
+    "windowed_table",
 ]
