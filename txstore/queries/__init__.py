@@ -1,0 +1,62 @@
+"""Interactive queries (KIP-67): query state where it lives, on one instance and across many.
+
+* :class:`Application` hosts an application's partitions on this instance, with a lifecycle,
+  and gives read-only composite stores over them (:meth:`Application.store`) and discovery
+  (:meth:`Application.query_metadata_for_key` and friends);
+* :class:`StaticAssignment` and :class:`RegistryMembership` say which instance owns which
+  partition;
+* :class:`QueryServer` serves queries and metadata over HTTP (JSON), :class:`QueryClient` finds
+  a key's owner through any instance and queries it.
+
+See ``docs/queries.md``.
+"""
+
+from __future__ import annotations
+
+from txstore.queries.application import Application, PartitionWriter, StoreSpec
+from txstore.queries.client import QueryClient
+from txstore.queries.composite import CompositeKeyValueIterator, CompositeReadOnlyKeyValueStore
+from txstore.queries.membership import (
+    Assignment,
+    Membership,
+    RegistryMembership,
+    StaticAssignment,
+)
+from txstore.queries.server import QueryServer
+from txstore.queries.types import (
+    HostInfo,
+    KeyQueryMetadata,
+    QueryableStoreType,
+    QueryableStoreTypes,
+    State,
+    StoreQueryParameters,
+    StreamsMetadata,
+    ThreadState,
+    TopicPartition,
+)
+from txstore.queries.windowed import CompositeReadOnlySessionStore, CompositeReadOnlyWindowStore
+
+__all__ = [
+    "Application",
+    "Assignment",
+    "CompositeKeyValueIterator",
+    "CompositeReadOnlyKeyValueStore",
+    "CompositeReadOnlySessionStore",
+    "CompositeReadOnlyWindowStore",
+    "HostInfo",
+    "KeyQueryMetadata",
+    "Membership",
+    "PartitionWriter",
+    "QueryClient",
+    "QueryServer",
+    "QueryableStoreType",
+    "QueryableStoreTypes",
+    "RegistryMembership",
+    "State",
+    "StaticAssignment",
+    "StoreQueryParameters",
+    "StoreSpec",
+    "StreamsMetadata",
+    "ThreadState",
+    "TopicPartition",
+]
