@@ -116,3 +116,11 @@ def chart(result: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":
+    # python -m txstore.demo.analytics SNAPSHOT_DIR RESULT_JSON
+    import json
+    import sys
+
+    Path(sys.argv[2]).write_text(json.dumps(spark_analytics(Path(sys.argv[1]))))

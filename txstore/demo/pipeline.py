@@ -24,7 +24,6 @@ import os
 import random
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,11 @@ class Event:
     source: str
 
 
+def partition_of(user: str, partitions: int) -> int:
+    """The input partition of a user's events: Kafka's default partitioner on the key."""
+    return partition_for_key(user.encode(), partitions)
+
+
 def generate(n: int, partitions: int, out_dir: Path, seed: int = 7) -> list[list[Event]]:
     """``n`` page views by 300 users over 60 pages (a few pages and users much more active),
     in event-time order, split into per-partition input files ``<out_dir>/input-<p>.jsonl``."""
@@ -71,7 +75,7 @@ def generate(n: int, partitions: int, out_dir: Path, seed: int = 7) -> list[list
         ts += rng.choice((50, 200, 500, 1_000, 3_000))
         user = rng.choices(users, user_weights)[0]
         event = Event(user, rng.choices(pages, page_weights)[0], ts, rng.choice(("web", "app")))
-        by_partition[partition_for_key(user.encode(), partitions)].append(event)
+        by_partition[partition_of(user, partitions)].append(event)
     out_dir.mkdir(parents=True, exist_ok=True)
     for p, events in enumerate(by_partition):
         with open(out_dir / f"input-{p}.jsonl", "w", encoding="utf-8") as f:
@@ -217,10 +221,6 @@ def actual(task: Task) -> dict[str, Any]:
         for kv in it:
             sessions[(kv.key.key, kv.key.window.start, kv.key.window.end)] = kv.value
     return {"user-totals": totals, "page-views": views, "sessions": sessions}
-
-
-def iter_partitions(n: int) -> Iterator[int]:
-    return iter(range(n))
 
 
 if __name__ == "__main__":
