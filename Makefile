@@ -1,6 +1,7 @@
 # txstore: the two commands a new machine needs.
 #   make test   set up .venv (package + C extension + every extra the tests need), lint, type-check, test
 #   make demo   the same set-up, then the main job
+#   make bench  every benchmark in perf/ (--quick), with the bench extra (Quix Streams...)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -35,9 +36,11 @@ test: lint typecheck pytest
 demo: $(STAMP)
 	$(PY) -m txstore demo
 
+BENCHES ?= codecs kv window changelog restore queries spark
+
 bench: $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,bench]'
-	$(PY) perf/bench_codecs.py --quick
+	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	@for b in $(BENCHES); do echo "== perf/bench_$$b.py --quick"; $(PY) perf/bench_$$b.py --quick || exit 1; done
 
 clean:
 	rm -rf build dist *.egg-info txstore/_codecs*.so txstore/_codecs.c .pytest_cache .mypy_cache .ruff_cache
