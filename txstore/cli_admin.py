@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     except TxStoreError as exc:
         print(f"txstore {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (txstore dump ... | head): not an error
+        sys.stderr.close()
+        return 0
 
 
 def _run(args: argparse.Namespace) -> int:
