@@ -82,17 +82,7 @@ def state(task: Task) -> dict[str, list[Any]]:
     return out
 
 
-def run(path: str, total: int, every: int) -> None:
-    with open_task(path) as task:
-        task.initialize()
-        pos = task.input_position or 0
-        while pos < total:
-            end = min(total, pos + every)
-            for i in range(pos, end):
-                process(task, i)
-            task.commit(end)
-            pos = end
-
-
 if __name__ == "__main__":
-    run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    from tests._children import process_and_commit
+
+    process_and_commit(open_task, process, sys.argv[1:])

@@ -10,31 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from tests._children import run_child as _run
 from tests._task_child import model, open_task, process, state
 from txstore.errors import InvalidStateStoreError, StoreClosedError
 from txstore.task import TaskCorruptedError
 
-CHILD = str(Path(__file__).with_name("_task_child.py"))
 ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def run_child(path: Path, total: int, every: int, faults: str = "", budget: int = 0) -> int:
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    if budget:
-        env["TASK_CHILD_OVERLAY_BUDGET"] = str(budget)
-    env.pop("TXSTORE_FAULTS", None)
-    if faults:
-        env["TXSTORE_FAULTS"] = faults
-    proc = subprocess.run(
-        [sys.executable, CHILD, str(path), str(total), str(every)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(proc.stderr)
-    return proc.returncode
+    extra = {"TASK_CHILD_OVERLAY_BUDGET": str(budget)} if budget else {}
+    return _run("_task_child.py", path, total, every, faults, **extra)
 
 
 def recovered_state(path: Path) -> tuple[int, dict[str, dict[str, object]]]:

@@ -9,36 +9,18 @@ in memory only (as in Kafka), so two equal stores can answer differently right a
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import lmdb
 import pytest
 
+from tests._children import run_child as _run
 from tests._task_windows_child import open_task, state
-
-CHILD = str(Path(__file__).with_name("_task_windows_child.py"))
-ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def run_child(path: Path, total: int, every: int, faults: str = "") -> int:
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop("TXSTORE_FAULTS", None)
-    if faults:
-        env["TXSTORE_FAULTS"] = faults
-    proc = subprocess.run(
-        [sys.executable, CHILD, str(path), str(total), str(every)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(proc.stderr)
-    return proc.returncode
+    return _run("_task_windows_child.py", path, total, every, faults)
 
 
 def committed_bytes(path: Path) -> dict[bytes, list[tuple[bytes, bytes]]]:
