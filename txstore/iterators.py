@@ -59,6 +59,7 @@ __all__ = [
     "KeyValueIterator",
     "MergedSource",
     "Row",
+    "cut_rows",
     "invalid_range_warning",
     "merge_rows",
     "next_prefix",
@@ -180,7 +181,7 @@ EMPTY_SOURCE: ChunkSource = FnSource(lambda rng, reverse, n: no_rows())
 """A source with no rows."""
 
 
-def _cut(rows: list[Any], key: bytes, reverse: bool) -> None:
+def cut_rows(rows: list[Any], key: bytes, reverse: bool) -> None:
     """Drop, in place, the rows of an ascending list beyond ``key`` in scan order."""
     if reverse:
         del rows[: bisect_left(rows, (key,))]
@@ -341,7 +342,7 @@ class MergedSource:
         )
         if ufrontier is not None:
             frontier = ufrontier
-            _cut(lower, ufrontier, reverse)
+            cut_rows(lower, ufrontier, reverse)
         return merge_rows(upper, lower, self.keep_tombstones), frontier
 
 

@@ -12,7 +12,8 @@ headers written to a plain store are dropped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Generic, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from txstore import codecs
 from txstore.codecs import ValueFormat
@@ -20,13 +21,25 @@ from txstore.errors import InvalidArgumentError
 from txstore.formats import ValueCodec
 from txstore.iterators import KeyValueIterator as BytesIterator
 from txstore.kv_bytes import BytesKeyValueStore
-from txstore.serdes import Serde
+from txstore.overlay import NOT_FOUND
+from txstore.partition import Partition
+from txstore.partition_base import MAX_KEY_SIZE
+from txstore.serdes import BytesSerde, Serde
 from txstore.types import KeyValue
 
 __all__ = ["KeyValueIterator", "KeyValueStore", "ReadOnlyKeyValueStore"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+_new_tuple = tuple.__new__
+_to_key_value = partial(_new_tuple, KeyValue)  # a (key, value) row to a KeyValue, in C
+
+
+def _is(obj: object, cls: type) -> bool:
+    """``type(obj) is cls``: exactly that class, not a subclass (which may override)."""
+    return type(obj) is cls
 
 
 class KeyValueIterator(Generic[K, V]):
@@ -37,7 +50,8 @@ class KeyValueIterator(Generic[K, V]):
     advancing, or ``None`` at the end.
     """
 
-    __slots__ = ("_decode_key", "_decode_value", "_inner")
+    # No __slots__: some subclasses also derive from a C iterator (``map``, and
+    # ``itertools.takewhile`` for window fetches), whose layout admits no second one.
 
     def __init__(self, inner: BytesIterator, decode_key: Any, decode_value: Any) -> None:
         self._inner = inner
@@ -49,7 +63,7 @@ class KeyValueIterator(Generic[K, V]):
 
     def __next__(self) -> KeyValue[K, V]:
         k, v = next(self._inner)
-        return KeyValue(self._decode_key(k), self._decode_value(v))
+        return _new_tuple(KeyValue, (self._decode_key(k), self._decode_value(v)))
 
     def has_next(self) -> bool:
         """Whether another pair follows. O(1) amortized."""
@@ -71,6 +85,36 @@ class KeyValueIterator(Generic[K, V]):
         self.close()
 
 
+if TYPE_CHECKING:
+    _Map = map[Any]
+else:
+    _Map = map
+
+
+class _RawKeyValueIterator(_Map, KeyValueIterator[K, V]):
+    """A :class:`KeyValueIterator` of a store whose serdes are the identity (bytes keys and
+    plain bytes values): it *is* a ``map`` of the bytes iterator's rows to ``KeyValue``, so
+    ``next()`` runs in C on top of the bytes iterator, which keeps every other behaviour
+    (closing, peeking, the store closing it). Measured on a merged scan of 200k rows (10% of
+    them changed in the overlay): 384 ns a row, against 766 through a Python ``__next__``."""
+
+    def __new__(cls, inner: BytesIterator) -> _RawKeyValueIterator[K, V]:
+        self: _RawKeyValueIterator[K, V] = _Map.__new__(cls, _to_key_value, inner)
+        self._inner = inner
+        return self
+
+    if TYPE_CHECKING:
+
+        def __init__(self, inner: BytesIterator) -> None: ...
+
+    else:
+        __init__ = object.__init__  # everything is set by __new__
+
+    def peek_next_key(self) -> K | None:
+        key: Any = self._inner.peek_next_key()  # the identity key serde
+        return key  # type: ignore[no-any-return]
+
+
 class ReadOnlyKeyValueStore(Generic[K, V]):
     """The read half of a typed key-value store (what interactive queries get)."""
 
@@ -85,6 +129,15 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         self.key_serde = key_serde
         self.codec = codec
         self.stored_format = codec.format if stored_format is None else stored_format
+        # Identity conversions (``Serdes.bytes()``, plain values kept as they are): ``bytes``
+        # keys and values then skip the serde calls, which were most of the typed layer's
+        # cost (measured on 200k keys: a put 754 against 429 ns at the bytes level).
+        self._raw_keys = _is(key_serde, BytesSerde)
+        self._raw_values = (
+            _is(codec.serde, BytesSerde)
+            and codec.format == ValueFormat.PLAIN
+            and self.stored_format == ValueFormat.PLAIN
+        )
 
     # ---- conversions --------------------------------------------------------------
 
@@ -108,6 +161,8 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         return result
 
     def _iter(self, inner: BytesIterator) -> KeyValueIterator[K, V]:
+        if self._raw_keys and self._raw_values:
+            return _RawKeyValueIterator(inner)
         return KeyValueIterator(inner, self.key_serde.deserialize, self._decode)
 
     # ---- reads --------------------------------------------------------------------
@@ -120,7 +175,10 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         """The value of ``key``, or ``None``. O(log n)."""
-        return self._decode(self._inner.get(self._key(key)))
+        raw = self._inner.get(key if type(key) is bytes and self._raw_keys else self._key(key))
+        if self._raw_values:
+            return raw  # type: ignore[no-any-return]
+        return self._decode(raw)
 
     def range(self, key_from: K | None, key_to: K | None) -> KeyValueIterator[K, V]:
         """Pairs with ``key_from <= key <= key_to`` in key order; ``None`` is unbounded.
@@ -191,6 +249,48 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
 
     _inner: BytesKeyValueStore
 
+    def __init__(
+        self,
+        inner: Any,
+        key_serde: Serde[K],
+        codec: ValueCodec[V],
+        stored_format: ValueFormat | None = None,
+    ) -> None:
+        super().__init__(inner, key_serde, codec, stored_format)
+        # Bytes in, bytes stored, on a plain transactional bytes store (no change logging, no
+        # upgrade): a put goes straight to the overlay, one call instead of three, and a get
+        # reads the overlay and then the writer's read transaction of an LMDB partition (see
+        # Partition._writer_txn) as BytesKeyValueStore.get and Partition.get do, in one call.
+        self._ov = (
+            inner._ov
+            if type(inner) is BytesKeyValueStore and self._raw_keys and self._raw_values
+            else None
+        )
+        if self._ov is not None:
+            self._committed_get = inner._p.get
+            self._lmdb: Partition | None = inner._p if type(inner._p) is Partition else None
+            self._db = inner._db
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key``, or ``None``. O(1) in the overlay, else O(log n)."""
+        ov = self._ov
+        k: Any = key
+        if ov is not None and type(k) is bytes and 0 < len(k) <= MAX_KEY_SIZE and self._inner._open:
+            v = ov.mem.get(k, NOT_FOUND)
+            if v is NOT_FOUND:
+                if ov.layered:
+                    v = ov.get(k)
+                    if v is not NOT_FOUND:
+                        return v  # type: ignore[return-value]
+                p = self._lmdb
+                if p is not None and p._rtxn is not None:
+                    h = p._rdbs.get(self._db)
+                    if h is not None:
+                        return p._rtxn.get(k, None, h)  # type: ignore[no-any-return]
+                return self._committed_get(self._db, k)  # type: ignore[no-any-return]
+            return v  # type: ignore[return-value]
+        return super().get(key)
+
     def _encode(self, value: V | None) -> bytes | None:
         raw = self.codec.encode(value)
         if raw is not None and self.stored_format != self.codec.format:
@@ -202,7 +302,22 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
     def put(self, key: K, value: V | None) -> None:
         """Set ``key`` to ``value``; a ``None`` value (or one that serializes to ``None``)
         deletes. O(1) into the overlay (transactional) or one LMDB write (not)."""
-        self._inner.put(self._key(key), self._encode(value))
+        ov = self._ov
+        k: Any = key
+        v: Any = value
+        if (
+            ov is not None
+            and type(k) is bytes
+            and 0 < len(k) <= MAX_KEY_SIZE
+            and (v is None or type(v) is bytes)
+            and self._inner._open
+        ):
+            ov.put(k, v)  # what BytesKeyValueStore.put does with these arguments
+            return
+        self._inner.put(
+            k if type(k) is bytes and self._raw_keys else self._key(key),
+            v if self._raw_values and (v is None or type(v) is bytes) else self._encode(value),
+        )
 
     def put_if_absent(self, key: K, value: V | None) -> V | None:
         """Put only if ``key`` has no value; return the value it had (``None`` if absent)."""

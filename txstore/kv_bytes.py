@@ -271,10 +271,13 @@ class BytesKeyValueStore(_Reads):
         """The value of ``key`` (uncommitted writes included), or None. O(1) + O(log n)."""
         if not self._open:
             raise StoreClosedError(self._name)
-        key = _key(key)
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_SIZE:
+            key = _key(key)
         ov = self._ov
         if ov is not None:
-            v = ov.get(key)
+            v = ov.mem.get(key, NOT_FOUND)  # the memory tier, inlined
+            if v is NOT_FOUND and ov.layered:
+                v = ov.get(key)
             if v is not NOT_FOUND:
                 return v  # type: ignore[return-value]
         return self._p.get(self._db, key)
@@ -303,11 +306,20 @@ class BytesKeyValueStore(_Reads):
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write ``value`` under ``key``; ``None`` deletes. O(1) amortized (transactional),
         else one LMDB write transaction."""
+        ov = self._ov  # None unless transactional on a writable partition
+        if (
+            ov is not None
+            and self._open
+            and type(key) is bytes
+            and 0 < len(key) <= MAX_KEY_SIZE
+            and (value is None or type(value) is bytes)
+        ):
+            ov.put(key, value)  # the common case, without the calls below
+            return
         if not self._open or self._p.readonly:
             self._check_writable()
         key = _key(key)
         value = _value(value)
-        ov = self._ov
         if ov is not None:
             ov.put(key, value)
         else:

@@ -128,7 +128,6 @@ class MemoryPartition(PartitionBase):
         db: bytes,
         lo: bytes,
         hi: bytes,
-        *,
         reverse: bool = False,
         limit: int = 64,
         shared: bool = False,

@@ -107,6 +107,10 @@ class PartitionBase:
     readonly: bool = False
     path: str | None = None
     overlay: Overlay | None = None
+    write_generation: int | None = None
+    """Counts the write transactions this object committed, if it is the only writer of its
+    data (a writable :class:`~txstore.partition.Partition`); None otherwise. Readers may cache
+    what they read while it is unchanged."""
 
     def __init__(self) -> None:
         self._closed = False
@@ -309,7 +313,6 @@ class PartitionBase:
         db: bytes,
         lo: bytes,
         hi: bytes,
-        *,
         reverse: bool = False,
         limit: int = 64,
         shared: bool = False,

@@ -478,6 +478,7 @@ class SegmentedReadCommittedView(SegmentedReads):
         self._snap = snapshot
         self._iters = IteratorRegistry()
         self._last_registry: dict[int, ValueFormat] = {}
+        self._cached: tuple[int | None, dict[int, ValueFormat]] | None = None
 
     def _check_open(self) -> None:
         self._store._check_open()
@@ -497,10 +498,22 @@ class SegmentedReadCommittedView(SegmentedReads):
 
     def _registry(self) -> dict[int, ValueFormat]:
         """The committed segment registry (one short read), remembered for the segment reads
-        of the query that asked for it: a segment dropped meanwhile reads as empty."""
+        of the query that asked for it: a segment dropped meanwhile reads as empty.
+
+        Kept while nothing was committed since it was read: the writer partition of this
+        process counts its write transactions (``write_generation``, sampled before the read);
+        a snapshot never changes. Other partitions (read-only, in memory) read it every time.
+        """
+        gen = -1 if self._snap is not None else self._store._p.write_generation
+        cached = self._cached
+        if cached is not None and gen is not None and cached[0] == gen:
+            self._last_registry = cached[1]
+            return cached[1]
         rows = read_all(self._source(self._store._reg_db))
         reg = {_REG.unpack(k)[0]: ValueFormat(v[0]) for k, v in rows if v}
         self._last_registry = reg
+        if gen is not None:
+            self._cached = (gen, reg)
         return reg
 
     def _segment_ids(self) -> list[int]:

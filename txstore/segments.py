@@ -35,6 +35,8 @@ import logging
 import struct
 from bisect import insort
 from collections.abc import Iterable, Mapping
+from functools import partial
+from types import SimpleNamespace
 from typing import Any, Final
 
 from txstore import faults
@@ -142,9 +144,13 @@ class SegmentedBytesStore(SegmentedReads):
         self._reg_ov = None if self._overlay is None else self._overlay.db(name, self._reg_db)
         self._iters = IteratorRegistry()
         self.dropped_records = 0
+        # ``open_check(x)`` is the store's open flag, read from C (DecodedIterator's
+        # predicate); it reads a separate holder, not the store (no reference cycle).
+        self._open_flag = SimpleNamespace(open=False)
+        self.open_check = partial(getattr, self._open_flag, "open")
         self._reset()
         p.attach(name, self)
-        self._open = True
+        self._open = self._open_flag.open = True
 
     # -- state --------------------------------------------------------------------------------
 
@@ -213,7 +219,7 @@ class SegmentedBytesStore(SegmentedReads):
         """Close the store and its iterators; uncommitted writes are discarded. Idempotent."""
         if not self._open:
             return
-        self._open = False
+        self._open = self._open_flag.open = False
         self._iters.close_all()
         p = self._p
         if not p.closed:
@@ -281,15 +287,18 @@ class SegmentedBytesStore(SegmentedReads):
     def fetch_window_rows(
         self, key: bytes, time_from: int, time_to: int, reverse: bool = False
     ) -> list[Row] | None:
-        """The fast path of a single-key window fetch (window schema only): every row in one
-        go, in fetch order, or None when a segment holds too many (use :meth:`fetch`).
+        """The fast path of a single-key window fetch (window schema only): every row between
+        ``key || L(max(0, from)) || I(0)`` and ``key || L(to) || I(MAX)`` in one go, in fetch
+        order, or None when a segment holds too many (use :meth:`fetch`).
 
-        For rows of exactly ``len(key) + 12`` bytes between ``key || L(max(0, from)) || I(0)``
-        and ``key || L(to) || I(MAX)``, the byte order already implies the key and, for
-        ``to >= 0``, the time bounds: only the length is checked. O(log n) + O(rows)."""
+        The caller keeps the rows whose key is exactly ``len(key) + 12`` bytes long: for them,
+        the byte order already implies the key and, for ``to >= 0``, the time bounds (a row of
+        another length belongs to a longer key starting with ``key``). O(log n) + O(rows)."""
         if not self._open:
             raise StoreClosedError(self._name)
-        actual_from = max(time_from, self._observed - self.retention + 1)
+        actual_from = self._observed - self.retention + 1
+        if time_from > actual_from:
+            actual_from = time_from
         if time_to < actual_from:
             return []
         if time_to < 0 or not self.schema.window:
@@ -299,16 +308,14 @@ class SegmentedBytesStore(SegmentedReads):
         last = time_to // interval
         lo = key + _QI.pack(actual_from if actual_from > 0 else 0, 0)
         hi = key + _QI.pack(time_to, INT_MAX)
-        size = len(key) + 12
-        out: list[Row] = []
+        out: list[Row] | None = None
         for sid in reversed(self._ids) if reverse else self._ids:
             if first <= sid <= last:
                 seg = self._live[sid]
                 ov = seg.ov
-                if (ov is None or ov.is_empty()) and seg.fmt == self.format:
-                    rows, more = self._p.read_range(
-                        seg.db, lo, hi, reverse=reverse, limit=SMALL_READ_LIMIT
-                    )  # the common case, inlined: nothing staged, nothing to convert
+                if (ov is None or not (ov.mem or ov.layered)) and seg.fmt == self.format:
+                    # the common case, inlined: nothing staged, nothing to convert
+                    rows, more = self._p.read_range(seg.db, lo, hi, reverse, SMALL_READ_LIMIT)
                     if more:
                         return None
                 else:
@@ -318,8 +325,11 @@ class SegmentedBytesStore(SegmentedReads):
                     rows = list(small)
                 if reverse:
                     rows.reverse()
-                out += [r for r in rows if len(r[0]) == size]
-        return out
+                if out is None:
+                    out = rows
+                else:
+                    out += rows
+        return [] if out is None else out
 
     # -- writes -------------------------------------------------------------------------------
 
