@@ -9,7 +9,7 @@ STAMP := $(VENV)/.txstore-installed
 EXTRAS ?= dev,spark
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint typecheck pytest demo bench clean
+.PHONY: setup test lint typecheck pytest demo bench bench-full clean
 
 $(STAMP): pyproject.toml setup.py MANIFEST.in csrc/txcodecs.c csrc/txcodecs.h csrc/build_ffi.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+"; exit 1; }
@@ -41,6 +41,12 @@ BENCHES ?= codecs kv window changelog restore queries spark
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,spark,bench]'
 	@for b in $(BENCHES); do echo "== perf/bench_$$b.py --quick"; $(PY) perf/bench_$$b.py --quick || exit 1; done
+
+# Full sizes of every benchmark and the 1,000-kill crash-harness pass (~40 min); saves the
+# outputs in perf/results/ and rewrites the table and chart of docs/performance.md.
+bench-full: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) perf/report.py --run $(shell echo $(BENCHES) | tr ' ' ','),crashtest
 
 clean:
 	rm -rf build dist *.egg-info txstore/_codecs*.so txstore/_codecs.c .pytest_cache .mypy_cache .ruff_cache
