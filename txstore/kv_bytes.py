@@ -348,8 +348,7 @@ class BytesKeyValueStore(_Reads):
             rows.append((_key(entry[0]), _value(entry[1])))
         ov = self._ov
         if ov is not None:
-            for k, v in rows:
-                ov.put(k, v)
+            ov.put_many(rows)
         elif rows:
             self._p.write_through(self._db, rows)
 

@@ -42,7 +42,7 @@ Thread model: an overlay belongs to its partition's single writer thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from typing import Final
 
@@ -80,6 +80,9 @@ ENTRY_OVERHEAD: Final = 128
 headers (2 x 33), a dict slot (~45 at that load factor) and the index/pending slot (~16)."""
 
 _COMMIT_CHUNK: Final = 8192
+_PUT_CHUNK: Final = 256
+"""Rows :meth:`DbOverlay.put_many` stages between two checks of the memory budget: the
+overlay passes its budget by at most that many rows before it spills."""
 _first: Final = itemgetter(0)
 
 
@@ -167,6 +170,38 @@ class DbOverlay:
         owner.mem_bytes += delta
         if owner.mem_bytes > owner.budget:
             owner.spill()
+
+    def put_many(self, rows: Sequence[Row]) -> None:
+        """Stage ``rows`` in order, as :meth:`put` does one by one (the last write of a key
+        wins), checking the memory budget every :data:`_PUT_CHUNK` rows rather than every row.
+        O(len(rows)) amortized; the bulk path of restore and ``put_all`` (about half the cost
+        of calling :meth:`put` per row)."""
+        owner = self._owner
+        for start in range(0, len(rows), _PUT_CHUNK):
+            mem = self.mem  # a spill replaces the memory tier: fetch it again each chunk
+            get = mem.get
+            pending = self._pending
+            delta = 0
+            tombstones = 0
+            for key, value in rows[start : start + _PUT_CHUNK]:
+                old = get(key, NOT_FOUND)
+                if old is NOT_FOUND:
+                    pending.append(key)
+                    delta += len(key) + ENTRY_OVERHEAD
+                elif old is None:
+                    tombstones -= 1
+                else:
+                    delta -= len(old)  # type: ignore[arg-type]
+                mem[key] = value
+                if value is None:
+                    tombstones += 1
+                else:
+                    delta += len(value)
+            self.tombstones += tombstones
+            self.mem_bytes += delta
+            owner.mem_bytes += delta
+            if owner.mem_bytes > owner.budget:
+                owner.spill()
 
     def drop(self) -> None:
         """Stage "drop this whole database": discard its writes and hide its committed data."""
