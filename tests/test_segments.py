@@ -12,7 +12,7 @@ import pytest
 import txstore
 from txstore import Serdes, SessionWindow, Stores, Windowed
 from txstore.codecs import ValueFormat, window_key
-from txstore.errors import InvalidArgumentError, ReadOnlyError, StorageError
+from txstore.errors import InvalidArgumentError, InvalidTypeError, ReadOnlyError, StorageError
 from txstore.partition import Partition
 from txstore.schemas import SessionKeySchema, WindowKeySchema
 from txstore.segments import SegmentedBytesStore
@@ -218,6 +218,45 @@ def test_restore_advances_time_first_then_skips_expired(tmp_path: Path) -> None:
         assert w.bytes_store.segment_ids() == [5]
         w.commit(9)
         assert w.fetch(0, 5 * INTERVAL) == "new"
+
+
+def test_restore_keeps_changelog_order_within_each_segment(tmp_path: Path) -> None:
+    """Records of one batch interleaved over two segments: the last record of a key wins in
+    each segment, and tombstones delete what an earlier record of the batch wrote."""
+    with txstore.open(tmp_path / "p") as db:
+        w = window_store(db, retain=False)
+        t0, t1 = 3 * INTERVAL, 4 * INTERVAL
+        rows = [
+            (window_key(K0, t0), b"a1"),
+            (window_key(K0, t1), b"b1"),
+            (window_key(K0, t0), b"a2"),
+            (window_key(K0, t1), None),
+            (window_key(K0, t1 + 1), b"c1"),
+            (window_key(K0, t0), b"a3"),
+        ]
+        assert w.bytes_store.restore(rows) == 6
+        assert w.bytes_store.segment_ids() == [3, 4]
+        w.commit(6)
+        assert (w.fetch(0, t0), w.fetch(0, t1), w.fetch(0, t1 + 1)) == ("a3", None, "c1")
+
+
+def test_restore_rejects_bad_records_before_applying_any(tmp_path: Path) -> None:
+    with txstore.open(tmp_path / "p") as db:
+        w = window_store(db, retain=False)
+        w.put(1, "keep", 1_000)
+        w.commit(1)
+        good = (window_key(K0, 2_000), b"x")
+        for bad, error, match in [
+            (("not bytes", b"x"), InvalidTypeError, "store key must be bytes"),
+            ((b"k" * 600, b"x"), InvalidArgumentError, "maximum key size"),
+            ((window_key(K0, 3_000), 5), InvalidTypeError, "value must be bytes or None"),
+            ((b"short", b"x"), InvalidArgumentError, "shorter than its 12-byte suffix"),
+            ((window_key(K0, -1), b"x"), InvalidArgumentError, "negative timestamps"),
+        ]:
+            with pytest.raises(error, match=match):
+                w.bytes_store.restore([good, bad])  # type: ignore[list-item]
+        w.commit(1)
+        assert w.fetch(1, 1_000) == "keep" and w.fetch(0, 2_000) is None  # nothing applied
 
 
 def test_bad_input_is_typed_and_loses_nothing(tmp_path: Path) -> None:

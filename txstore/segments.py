@@ -60,6 +60,7 @@ from txstore.iterators import (
 from txstore.memory import MemoryPartition
 from txstore.overlay import NOT_FOUND
 from txstore.partition_base import (
+    MAX_KEY_SIZE,
     PartitionBase,
     check_offset,
     check_store_name,
@@ -396,31 +397,41 @@ class SegmentedBytesStore(SegmentedReads):
         largest timestamp, then each record goes to its segment if live. Returns how many were
         applied. Non-transactional stores write each segment's rows in one transaction."""
         self._check_writable()
-        checked = [(_check_key(k), _check_value(v)) for k, v in rows]
-        stamps = [self.schema.segment_timestamp(k) for k, _ in checked]
+        checked = list(rows)
         if not checked:
             return 0
+        keys = [k for k, _ in checked]
+        if not all([type(k) is bytes and len(k) <= MAX_KEY_SIZE for k in keys]):
+            checked = [(_check_key(k), v) for k, v in checked]  # raises the typed error
+        if not all([v is None or type(v) is bytes for _, v in checked]):
+            checked = [(k, _check_value(v)) for k, v in checked]
+        stamps = self.schema.segment_timestamps(keys)
         if min(stamps) < 0:
             raise InvalidArgumentError("restored records must not have negative timestamps")
         self._observed = max(self._observed, *stamps)
         limit = self._observed - self.retention
         min_live = segment_id(limit, self.segment_interval)
-        batches: dict[int, list[Row]] = {}
+        batches: dict[int, list[Row]] = {}  # rows by segment, in changelog order
+        interval = self.segment_interval
+        in_memory = self.in_memory
         applied = 0
-        for (k, v), ts in zip(checked, stamps, strict=True):
-            sid = ts // self.segment_interval
-            if sid < min_live or (self.in_memory and ts <= limit):
+        for row, ts in zip(checked, stamps, strict=True):
+            sid = ts // interval
+            if sid < min_live or (in_memory and ts <= limit):
                 continue
             applied += 1
+            batch = batches.get(sid)
+            if batch is None:
+                batch = batches[sid] = []
+            batch.append(row)
+        for sid, batch in batches.items():
             seg = self._live.get(sid) or self._create(sid)
             if seg.fmt != self.format:
                 self._convert(seg)
             if seg.ov is not None:
-                seg.ov.put(k, v)
+                seg.ov.put_many(batch)
             else:
-                batches.setdefault(sid, []).append((k, v))
-        for sid, batch in batches.items():
-            self._p.write_through_dbs({self._live[sid].db: batch})
+                self._p.write_through_dbs({seg.db: batch})
         self._cleanup(min_live)
         return applied
 
