@@ -154,6 +154,7 @@ class Database:
         sync: bool = True,
         overlay_budget_bytes: int = 64 * 2**20,
         map_size: int | None = None,
+        max_dbs: int | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {
             "readonly": readonly,
@@ -162,6 +163,8 @@ class Database:
         }
         if map_size is not None:
             kwargs["map_size"] = map_size
+        if max_dbs is not None:
+            kwargs["max_dbs"] = max_dbs
         self.partition = Partition(path, **kwargs)
         self._stores: dict[str, Any] = {}
 
@@ -422,13 +425,16 @@ def open(
     sync: bool = True,
     overlay_budget_bytes: int = 64 * 2**20,
     map_size: int | None = None,
+    max_dbs: int | None = None,
 ) -> Database:
     """Open (creating if needed) the partition directory ``path``.
 
     ``sync=False`` skips the fsync at commit: a process crash loses nothing committed, but a
     power loss or OS crash may lose recent commits and can corrupt the environment, which must
     then be rebuilt from the changelog. ``overlay_budget_bytes`` bounds the memory of
-    uncommitted writes per store before they spill to disk.
+    uncommitted writes per store before they spill to disk. ``max_dbs`` is the size of this
+    process's table of named-database handles (default
+    :data:`~txstore.lmdb_env.DEFAULT_MAX_DBS`; see :class:`~txstore.partition.Partition`).
     """
     return Database(
         path,
@@ -436,6 +442,7 @@ def open(
         sync=sync,
         overlay_budget_bytes=overlay_budget_bytes,
         map_size=map_size,
+        max_dbs=max_dbs,
     )
 
 

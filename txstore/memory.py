@@ -11,17 +11,19 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from sortedcontainers import SortedDict
 
 from txstore.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows, read_sorted_chunk
 from txstore.overlay import Overlay
-from txstore.partition_base import PartitionBase, Snapshot
+from txstore.partition_base import AtomicReads, PartitionBase, Snapshot
 
 __all__ = ["MemoryPartition"]
+
+T = TypeVar("T")
 
 
 class MemoryPartition(PartitionBase):
@@ -145,6 +147,11 @@ class MemoryPartition(PartitionBase):
                 keys.reverse()
             return [(k, sd[k]) for k in keys], more
 
+    def read_atomic(self, dbs: Sequence[bytes], fn: Callable[[AtomicReads], T]) -> T:
+        self._check()
+        with self._lock:  # commits apply under it: every read in fn sees one state
+            return fn(_MemoryReads(self))
+
     def snapshot(self) -> Snapshot:
         self._check()
         with self._lock:
@@ -153,6 +160,26 @@ class MemoryPartition(PartitionBase):
             self._shared = set(self._data)
         self._track_snapshot(snap)
         return snap
+
+
+class _MemoryReads(AtomicReads):
+    """:class:`AtomicReads` of a :class:`MemoryPartition` (its lock held by the caller)."""
+
+    def __init__(self, mp: MemoryPartition) -> None:
+        self._mp = mp
+
+    def get(self, db: bytes, key: bytes) -> bytes | None:
+        return self._mp.get(db, key)
+
+    def read_range(
+        self, db: bytes, lo: bytes, hi: bytes, reverse: bool, limit: int
+    ) -> tuple[list[Row], bool]:
+        return self._mp.read_range(db, lo, hi, reverse, limit)
+
+    def read_chunk(
+        self, db: bytes, rng: KeyRange, reverse: bool, n: int
+    ) -> tuple[list[Row], bytes | None]:
+        return self._mp.source(db).read_chunk(rng, reverse, n)
 
 
 def _apply_rows(sd: SortedDict, rows: list[Row]) -> None:

@@ -61,9 +61,9 @@ from txstore.errors import (
     StorageError,
 )
 from txstore.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows, read_lmdb_chunk
-from txstore.lmdb_env import OFFSET as _OFFSET
-from txstore.lmdb_env import OFFSET_PREFIX as _OFFSET_PREFIX
 from txstore.lmdb_env import (
+    DEFAULT_MAX_DBS,
+    DbiTableFull,
     LmdbSnapshot,
     SharedEnv,
     acquire_env,
@@ -73,9 +73,12 @@ from txstore.lmdb_env import (
     release_env,
     track_partition,
 )
+from txstore.lmdb_env import OFFSET as _OFFSET
+from txstore.lmdb_env import OFFSET_PREFIX as _OFFSET_PREFIX
 from txstore.overlay import Overlay, SpillEnv
 from txstore.partition_base import (
     META_DB,
+    AtomicReads,
     PartitionBase,
     Snapshot,
     fork_generation,
@@ -102,11 +105,16 @@ class Partition(PartitionBase):
     ``overlay_budget_bytes`` bounds the overlays' memory before they spill; ``max_dbs`` bounds
     the named databases (stores, segments), fixed by the first opener.
 
-    Why ``max_dbs`` defaults to 256 and spare read transactions are off: LMDB allocates per-dbi
-    arrays for every new read transaction, measured at 2.4M begin+get+abort/s with 256 dbs,
-    0.9M/s with 1024 and 0.28M/s with 4096. py-lmdb's spare transactions would avoid that, but
-    a forked child that exits normally aborts the inherited spares and frees the parent's
-    reader slots (the parent then fails with ``MDB_BAD_RSLOT``; reproduced), so they stay off.
+    Why ``max_dbs`` defaults to 256 (:data:`~txstore.lmdb_env.DEFAULT_MAX_DBS`) and spare read
+    transactions are off: LMDB allocates per-dbi arrays for every new read transaction,
+    measured at 2.4M begin+get+abort/s with 256 dbs, 0.9M/s with 1024 and 0.28M/s with 4096.
+    py-lmdb's spare transactions would avoid that, but a forked child that exits normally aborts
+    the inherited spares and frees the parent's reader slots (the parent then fails with
+    ``MDB_BAD_RSLOT``; reproduced), so they stay off. ``max_dbs`` is per process and must hold
+    the databases one operation needs at once (a snapshot: all of them); it need not hold every
+    segment a long-lived reader ever reads: a read-only partition reopens its environment when
+    its table of handles fills (see :mod:`txstore.lmdb_env`), the writer frees a slot with each
+    segment drop.
     """
 
     persistent = True
@@ -119,7 +127,7 @@ class Partition(PartitionBase):
         sync: bool = True,
         map_size: int = 64 * 2**20,
         overlay_budget_bytes: int = 64 * 2**20,
-        max_dbs: int = 256,
+        max_dbs: int = DEFAULT_MAX_DBS,
         max_readers: int = 1024,
     ) -> None:
         super().__init__()
@@ -230,15 +238,7 @@ class Partition(PartitionBase):
         if h is not None:
             return h
         if not sh.writable_env:
-            with sh.dbi_lock:
-                h = sh.dbs.get(db)
-                if h is None:
-                    try:
-                        h = sh.env.open_db(db, create=False)
-                    except lmdb.NotFoundError:
-                        return None
-                    sh.publish({db: h})
-            return h
+            return sh.open_readonly(db)  # may raise DbiTableFull (see _shared)
         txn = sh.env.begin(write=True)
         try:
             with sh.dbi_lock:
@@ -248,12 +248,21 @@ class Partition(PartitionBase):
                         h = sh.env.open_db(db, txn=txn, create=False)
                     except lmdb.NotFoundError:
                         return None
+                    except lmdb.DbsFullError as exc:
+                        raise self._dbs_full(exc) from exc
                     txn.commit()
                     sh.publish({db: h})
             return h
         finally:
             with contextlib.suppress(lmdb.Error):
                 txn.abort()  # no-op once committed
+
+    def _dbs_full(self, exc: BaseException) -> StorageError:
+        assert self._sh is not None
+        return StorageError(
+            f"partition {self.path!r} needs more named databases at once than max_dbs="
+            f"{self._sh.max_dbs} allows ({exc}): open it with a larger max_dbs"
+        )
 
     def _db_names(self) -> list[bytes]:
         """Names of every named database, from the main database. O(databases)."""
@@ -293,13 +302,27 @@ class Partition(PartitionBase):
     # -- reads --------------------------------------------------------------------------------
 
     def _shared(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` as a shared reader: gate entry, MapResized and ReadersFull handling."""
+        """Run ``fn`` as a shared reader: gate entry, MapResized and ReadersFull handling, and
+        the dbi table of a read-only environment (reopened at the threshold before ``fn``
+        begins, or when ``fn`` finds the table full; see :mod:`txstore.lmdb_env`)."""
         sh = self._sh
         assert sh is not None
+        full: DbiTableFull | None = None
         for attempt in range(8):
+            if full is not None:
+                sh.reopen_full(full.generation)
+            elif sh.needs_relief():
+                sh.relieve()  # a safe point: this thread reads nothing yet
             sh.gate.enter()
             try:
+                if sh.failed is not None:
+                    raise sh.failed
                 return fn()
+            except DbiTableFull as exc:
+                if full is not None:  # full again right after a reopen: too many at once
+                    raise self._dbs_full(exc) from None
+                full = exc
+                continue
             except lmdb.MapResizedError:
                 pass
             except lmdb.BadDbiError:
@@ -381,6 +404,15 @@ class Partition(PartitionBase):
             txn = sh.env.begin()
             try:
                 return fn(txn, h)
+            except lmdb.BadDbiError:
+                if sh.writable_env:
+                    raise
+                # A read-only environment keeps the handle of a database the writer dropped
+                # (no mdb_dbi_close); LMDB reports MDB_BAD_DBI when the name is absent from
+                # this transaction's main database (a handle is only ever "changed" by a close
+                # in this process, which a read-only environment never does but by reopening).
+                # So the database does not exist in this snapshot: read it as missing.
+                return default
             finally:
                 txn.abort()
 
@@ -476,6 +508,25 @@ class Partition(PartitionBase):
 
         return self._read(META_DB, True, read, dict.fromkeys(stores))
 
+    def read_atomic(self, dbs: Sequence[bytes], fn: Callable[[AtomicReads], T]) -> T:
+        self._check()
+        sh = self._sh
+        assert sh is not None
+
+        def once() -> T:
+            # Every handle before the begin (a handle published later is not usable in it).
+            handles = {}
+            for db in dbs:
+                h = sh.dbs.get(db)
+                handles[db] = h if h is not None else self._open_existing(db)
+            txn = sh.env.begin()
+            try:
+                return fn(_LmdbReads(txn, handles, not sh.writable_env))
+            finally:
+                txn.abort()
+
+        return self._shared(once)
+
     def snapshot(self) -> Snapshot:
         self._check()
         snap = LmdbSnapshot(self)
@@ -485,19 +536,37 @@ class Partition(PartitionBase):
     def reader_check(self) -> int:
         """Clear stale reader slots left by dead processes; returns how many. O(readers)."""
         self._check()
-        assert self._sh is not None
-        return int(self._sh.env.reader_check())
+        return self._gated(lambda env: int(env.reader_check()))
+
+    def _gated(self, fn: Callable[[Any], T]) -> T:
+        """``fn(env)`` as a shared user of the environment (never during a reopen)."""
+        sh = self._sh
+        assert sh is not None
+        sh.gate.enter()
+        try:
+            if sh.failed is not None:
+                raise sh.failed
+            return fn(sh.env)
+        finally:
+            sh.gate.leave()
 
     def info(self) -> dict[str, Any]:
-        """Environment figures: map size, last transaction id, reader slots in use, path."""
+        """Environment figures: map size, last transaction id, reader slots in use, path; and
+        this process's table of named-database handles: its size (``max_dbs``), the slots in
+        use (``dbi_slots``) and how often a read-only environment was reopened to release them
+        (``dbi_reopens``)."""
         self._check()
-        assert self._sh is not None
-        info = self._sh.env.info()
+        sh = self._sh
+        assert sh is not None
+        info = self._gated(lambda env: env.info())
         return {
             "path": self.path,
             "map_size": info["map_size"],
             "last_txnid": info["last_txnid"],
             "num_readers": info["num_readers"],
+            "max_dbs": sh.max_dbs,
+            "dbi_slots": sh.slots_used(),
+            "dbi_reopens": sh.generation,
         }
 
     # -- writes -------------------------------------------------------------------------------
@@ -611,3 +680,64 @@ class Partition(PartitionBase):
         self.commit_stores({store: offset})
         assert self._sh is not None
         self._sh.env.sync(True)
+
+
+class _LmdbReads(AtomicReads):
+    """:class:`AtomicReads` in one LMDB read transaction (see :meth:`Partition.read_atomic`).
+
+    ``handles``: the handle of each database named by the caller (None: it did not exist).
+    In a read-only environment, MDB_BAD_DBI means the writer dropped the database (see
+    ``Partition._read``): it reads as empty."""
+
+    __slots__ = ("_handles", "_readonly", "_txn")
+
+    def __init__(self, txn: Any, handles: Mapping[bytes, Any], readonly: bool) -> None:
+        self._txn = txn
+        self._handles = handles
+        self._readonly = readonly
+
+    def _handle(self, db: bytes) -> Any:
+        try:
+            return self._handles[db]
+        except KeyError:
+            raise InvalidArgumentError(
+                f"database {db!r} was not named to read_atomic; name every database up front"
+            ) from None
+
+    def get(self, db: bytes, key: bytes) -> bytes | None:
+        h = self._handle(db)
+        if h is None:
+            return None
+        try:
+            value: bytes | None = self._txn.get(key, None, h)
+        except lmdb.BadDbiError:
+            if not self._readonly:
+                raise
+            return None
+        return value
+
+    def read_range(
+        self, db: bytes, lo: bytes, hi: bytes, reverse: bool, limit: int
+    ) -> tuple[list[Row], bool]:
+        h = self._handle(db)
+        if h is None:
+            return [], False
+        try:
+            return read_range_rows(self._txn.cursor(h), lo, hi, reverse, limit)
+        except lmdb.BadDbiError:
+            if not self._readonly:
+                raise
+            return [], False
+
+    def read_chunk(
+        self, db: bytes, rng: KeyRange, reverse: bool, n: int
+    ) -> tuple[list[Row], bytes | None]:
+        h = self._handle(db)
+        if h is None:
+            return no_rows()
+        try:
+            return read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n)
+        except lmdb.BadDbiError:
+            if not self._readonly:
+                raise
+            return no_rows()

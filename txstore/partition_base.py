@@ -13,8 +13,8 @@ import json
 import threading
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, Self
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Self, TypeVar
 
 from txstore.errors import (
     ConfigConflictError,
@@ -24,12 +24,13 @@ from txstore.errors import (
     OffsetError,
     ReadOnlyError,
 )
-from txstore.iterators import ChunkSource, Row
+from txstore.iterators import ChunkSource, KeyRange, Row
 from txstore.overlay import Overlay
 
 __all__ = [
     "MAX_KEY_SIZE",
     "META_DB",
+    "AtomicReads",
     "PartitionBase",
     "Snapshot",
     "check_offset",
@@ -44,6 +45,31 @@ READER_CHECK_EVERY: Final = 64
 
 #: Bumped in a forked child; a partition opened under an older generation is unusable there.
 fork_generation = [0]
+
+T = TypeVar("T")
+
+
+class AtomicReads:
+    """Reads of committed data that all see one committed state (one LMDB read transaction),
+    handed to the function given to :meth:`PartitionBase.read_atomic`; usable only during that
+    call, and only on the databases named there (a database that does not exist reads as
+    empty)."""
+
+    def get(self, db: bytes, key: bytes) -> bytes | None:
+        """The value of ``key`` in ``db``. O(log n)."""
+        raise NotImplementedError
+
+    def read_range(
+        self, db: bytes, lo: bytes, hi: bytes, reverse: bool, limit: int
+    ) -> tuple[list[Row], bool]:
+        """As :meth:`PartitionBase.read_range`."""
+        raise NotImplementedError
+
+    def read_chunk(
+        self, db: bytes, rng: KeyRange, reverse: bool, n: int
+    ) -> tuple[list[Row], bytes | None]:
+        """One chunk of ``db``, as :meth:`ChunkSource.read_chunk`."""
+        raise NotImplementedError
 
 
 def check_store_name(name: object) -> str:
@@ -327,6 +353,13 @@ class PartitionBase:
 
     def snapshot(self) -> Snapshot:
         """A consistent read-only view of committed data (one read txn until closed)."""
+        raise NotImplementedError
+
+    def read_atomic(self, dbs: Sequence[bytes], fn: Callable[[AtomicReads], T]) -> T:
+        """``fn(reads)``, where every read of the databases ``dbs`` through ``reads`` sees the
+        same committed state: one short shared read transaction (any thread, never blocks the
+        writer). For reads that must agree with each other, such as a segment's format in the
+        registry and the segment's rows. Cost: one read transaction plus the reads."""
         raise NotImplementedError
 
     def write_through(self, db: bytes, rows: list[Row]) -> None:

@@ -31,6 +31,7 @@ from txstore.iterators import (
     EMPTY_SOURCE,
     ChunkSource,
     EmptyIterator,
+    FnSource,
     IteratorRegistry,
     KeyRange,
     KeyValueIterator,
@@ -40,6 +41,7 @@ from txstore.iterators import (
 from txstore.overlay import DbOverlay
 from txstore.partition_base import (
     MAX_KEY_SIZE,
+    AtomicReads,
     Snapshot,
 )
 
@@ -471,6 +473,13 @@ class SegmentedReadCommittedView(SegmentedReads):
 
     Usable from any thread. Expiry uses the writer's observed stream time. Each read is one or
     more short read transactions; :meth:`snapshot` gives a view where all reads see one commit.
+
+    A segment's rows are decoded with the format its registry entry gives *in the transaction
+    that read them*: every read of a segment (a get, a short fetch, each chunk of a scan) reads
+    the entry and the rows together (:meth:`~txstore.partition_base.PartitionBase.read_atomic`).
+    A commit that converts an old-format segment in place (lazy upgrade) rewrites both at once,
+    so a reader never decodes converted rows with the old format, even when that commit lands
+    between the query's listing of the segments and its reads, or between two chunks.
     """
 
     def __init__(self, store: SegmentedBytesStore, snapshot: Snapshot | None = None) -> None:
@@ -523,37 +532,93 @@ class SegmentedReadCommittedView(SegmentedReads):
         fmt = self._last_registry.get(sid)
         return fmt if fmt is not None else self._registry().get(sid)
 
-    def _open_segment(self, sid: int) -> tuple[ChunkSource, Segment | None]:
-        fmt = self._format_of(sid)
-        if fmt is None:
-            return EMPTY_SOURCE, None
-        db = self._store.segment_db(sid)
-        return self._source(db), Segment(sid, fmt, db, None)
-
-    def _read_small(
-        self, sid: int, lo: bytes, hi: bytes, reverse: bool
-    ) -> list[tuple[bytes, bytes]] | None:
-        fmt = self._format_of(sid)
-        if self._snap is not None or fmt is None:
-            return None if self._snap is not None else []
-        st = self._store
-        rows, more = st._p.read_range(
-            st.segment_db(sid), lo, hi, reverse=reverse, limit=SMALL_READ_LIMIT, shared=True
-        )
-        if more:
+    def _segment_format(self, reads: AtomicReads, sid: int) -> ValueFormat | None:
+        """The format of segment ``sid`` in the registry, as of ``reads`` (None: no such
+        segment, e.g. dropped since the segments were listed). O(log segments)."""
+        v = reads.get(self._store._reg_db, _REG.pack(sid))
+        if not v:
             return None
-        if fmt != st.format:
-            rows = [(k, convert_value(v, fmt, st.format)) for k, v in rows]
-        return rows  # type: ignore[return-value]
+        fmt = self._store.format
+        return fmt if v[0] == fmt else ValueFormat(v[0])  # the enum call only when it differs
+
+    def _open_segment(self, sid: int) -> tuple[ChunkSource, Segment | None]:
+        st = self._store
+        db = st.segment_db(sid)
+        if self._snap is not None:  # one transaction for everything already
+            fmt = self._format_of(sid)
+            if fmt is None:
+                return EMPTY_SOURCE, None
+            return self._source(db), Segment(sid, fmt, db, None)
+        p, dbs, dst = st._p, (st._reg_db, db), st.format
+
+        def chunk(reads: AtomicReads, rng: KeyRange, reverse: bool, n: int) -> Any:
+            fmt = self._segment_format(reads, sid)
+            if fmt is None:
+                return [], None
+            rows, frontier = reads.read_chunk(db, rng, reverse, n)
+            if fmt != dst:
+                rows = [(k, convert_value(v, fmt, dst)) for k, v in rows]
+            return rows, frontier
+
+        def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
+            result: tuple[list[Row], bytes | None] = p.read_atomic(
+                dbs, lambda reads: chunk(reads, rng, reverse, n)
+            )
+            return result
+
+        # Rows come out of ``read`` in the store's format already: no conversion downstream.
+        return FnSource(read), Segment(sid, dst, db, None)
+
+    def _fetch_small(
+        self, sids: list[int], lo: bytes, hi: bytes, reverse: bool, cond: Callable[[bytes], bool]
+    ) -> RowsIterator | None:
+        """A single-key fetch in one read transaction: every segment's registry entry and
+        rows (one begin for all the segments, and one committed state for the whole fetch);
+        None when a segment holds more than :data:`SMALL_READ_LIMIT` rows in range."""
+        if self._snap is not None:
+            return None
+        st = self._store
+        dst = st.format
+        segs = [(sid, st.segment_db(sid)) for sid in (reversed(sids) if reverse else sids)]
+
+        def read(reads: AtomicReads) -> list[tuple[bytes, bytes]] | None:
+            out: list[tuple[bytes, bytes]] = []
+            for sid, db in segs:
+                fmt = self._segment_format(reads, sid)
+                if fmt is None:
+                    continue  # dropped since the segments were listed
+                rows, more = reads.read_range(db, lo, hi, reverse, SMALL_READ_LIMIT)
+                if more:
+                    return None
+                if fmt != dst:
+                    rows = [(k, convert_value(v, fmt, dst)) for k, v in rows]
+                rows = [r for r in rows if cond(r[0])]
+                if reverse:
+                    rows.reverse()
+                out += rows  # type: ignore[arg-type]
+            return out
+
+        dbs = [st._reg_db, *(db for _, db in segs)]
+        out: list[tuple[bytes, bytes]] | None = st._p.read_atomic(dbs, read)
+        return None if out is None else RowsIterator(out, st)
 
     def _get_raw(self, sid: int, key: bytes) -> tuple[bytes | None, ValueFormat]:
-        fmt = self._registry().get(sid)
-        if fmt is None:
-            return None, self._store.format
-        db = self._store.segment_db(sid)
+        st = self._store
+        db = st.segment_db(sid)
         if self._snap is not None:
+            fmt = self._registry().get(sid)
+            if fmt is None:
+                return None, st.format
             return self._snap.get(db, key), fmt
-        return self._store._p.get(db, key, shared=True), fmt
+
+        def read(reads: AtomicReads) -> tuple[bytes | None, ValueFormat]:
+            fmt = self._segment_format(reads, sid)
+            if fmt is None:
+                return None, st.format
+            return reads.get(db, key), fmt
+
+        result: tuple[bytes | None, ValueFormat] = st._p.read_atomic((st._reg_db, db), read)
+        return result
 
     @property
     def committed_offset(self) -> int | None:

@@ -240,9 +240,9 @@ def _txn_id(snap: Snapshot) -> int:
 def _copy_env(partition: Partition, snap: Snapshot, dest_data: str) -> None:
     """LMDB compacting copy of exactly the transaction ``snap`` reads, into ``dest_data``."""
     sh: Any = partition._sh
-    env = sh.env
 
     def copy(txn: Any, _h: Any) -> None:
+        env = sh.env  # inside the gate: the environment ``txn`` is on (never a reopened one)
         try:
             env.copy(dest_data, compact=True, txn=txn)
         except lmdb.Error as exc:
