@@ -13,9 +13,10 @@ See ``docs/queries.md``.
 
 from __future__ import annotations
 
-from txstore.queries.application import Application, PartitionWriter, StoreSpec
+from txstore.queries.application import Application
 from txstore.queries.client import QueryClient
 from txstore.queries.composite import CompositeKeyValueIterator, CompositeReadOnlyKeyValueStore
+from txstore.queries.hosting import PartitionWriter
 from txstore.queries.membership import (
     Assignment,
     Membership,
@@ -23,6 +24,7 @@ from txstore.queries.membership import (
     StaticAssignment,
 )
 from txstore.queries.server import QueryServer
+from txstore.queries.specs import StoreSpec
 from txstore.queries.types import (
     HostInfo,
     KeyQueryMetadata,

@@ -16,91 +16,28 @@ error the server names (:class:`~txstore.errors.StateStoreMigratedError`,
 Queries over many keys (``range``, ``all``, ``prefix_scan``, ``fetch_all``, key-range
 ``fetch`` and ``find_sessions``) ask each partition's owner for that partition, in partition
 order, and stop at ``limit`` items.
+
+The routing and the retries are in :mod:`txstore.queries.routing`, the connections in
+:mod:`txstore.queries.transport`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import http.client
-import json
-import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
-from txstore import errors
-from txstore.codecs import partition_for_key
-from txstore.errors import (
-    InvalidArgumentError,
-    QueryServiceError,
-    StateStoreNotAvailableError,
-    TxStoreError,
-)
-from txstore.queries.types import (
-    HostInfo,
-    KeyQueryMetadata,
-    QueryableStoreTypes,
-    StreamsMetadata,
-)
-from txstore.queries.wire import (
-    decode_key,
-    decode_value,
-    decoder,
-    key_to_json,
-    key_to_text,
-)
-from txstore.serdes import Serde, serde_by_name
+from txstore.errors import InvalidArgumentError
+from txstore.queries.routing import RoutingClient, StoreInfo
+from txstore.queries.types import QueryableStoreTypes
+from txstore.queries.wire import decode_key, decode_value, decoder
 from txstore.types import KeyValue
 
 __all__ = ["QueryClient"]
 
-_RETRY_ONCE = (409,)
-_WAIT = (503,)
 
-
-@dataclass(frozen=True)
-class _StoreInfo:
-    name: str
-    kind: str
-    key_serde: str
-    value_serde: str
-    default_type: str
-    partitioner: str
-    key: Serde[Any] | None  # the key serde, if known in this process
-    value: Serde[Any] | None
-
-
-@dataclass(frozen=True)
-class _Meta:
-    num_partitions: int
-    instances: tuple[StreamsMetadata, ...]
-    owners: dict[int, HostInfo]
-    standbys: dict[int, tuple[HostInfo, ...]]
-
-
-def _serde(name: str) -> Serde[Any] | None:
-    try:
-        return serde_by_name(name)
-    except TxStoreError:
-        return None
-
-
-def _raise_for(status: int, doc: Any) -> None:
-    name = doc.get("error", "") if isinstance(doc, dict) else ""
-    message = doc.get("message", "") if isinstance(doc, dict) else str(doc)[:200]
-    cls = getattr(errors, name, None)
-    if isinstance(cls, type) and issubclass(cls, TxStoreError) and cls is not QueryServiceError:
-        exc = cls.__new__(cls)
-        Exception.__init__(exc, message)
-        exc.status = status  # type: ignore[attr-defined]
-        raise exc
-    raise QueryServiceError(message or f"HTTP {status}", status=status, error=name)
-
-
-class QueryClient:
+class QueryClient(RoutingClient):
     """Query an application through its HTTP query services (see the module docstring).
 
     ``bootstrap``: one ``"host:port"`` or several; ``token``: the bearer token; ``timeout``:
@@ -108,274 +45,10 @@ class QueryClient:
     503. Thread-safe: each thread gets its own connections.
     """
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        *,
-        token: str | None = None,
-        timeout: float = 10.0,
-        rebalance_wait: float = 10.0,
-    ) -> None:
-        items = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
-        if not items:
-            raise InvalidArgumentError("give at least one instance")
-        self._bootstrap = [HostInfo.parse(b) for b in items]
-        self._headers = {"Accept": "application/json"}
-        if token is not None:
-            self._headers["Authorization"] = f"Bearer {token}"
-        self.timeout = float(timeout)
-        self.rebalance_wait = float(rebalance_wait)
-        self._local = threading.local()
-        self._conns: list[http.client.HTTPConnection] = []
-        self._conns_lock = threading.Lock()
-        self._meta: _Meta | None = None
-        self._stores: dict[str, _StoreInfo] = {}
-        self._meta_lock = threading.Lock()
-
-    # ---- transport ----------------------------------------------------------------------
-
-    def _conn(self, host: HostInfo) -> http.client.HTTPConnection:
-        conns: dict[HostInfo, http.client.HTTPConnection] | None = getattr(
-            self._local, "conns", None
-        )
-        if conns is None:
-            conns = {}
-            self._local.conns = conns
-        c = conns.get(host)
-        if c is None:
-            c = http.client.HTTPConnection(host.host, host.port, timeout=self.timeout)
-            conns[host] = c
-            with self._conns_lock:
-                self._conns.append(c)
-        return c
-
-    def request(
-        self,
-        host: HostInfo,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-    ) -> tuple[int, Any]:
-        """One HTTP request to ``host``; returns ``(status, decoded JSON)``. A keep-alive
-        connection the server closed meanwhile is reopened once. Connection failures raise
-        ``OSError``."""
-        target = path + ("?" + urlencode(query) if query else "")
-        payload = None if body is None else json.dumps(body).encode()
-        headers = dict(self._headers)
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        for attempt in (0, 1):
-            c = self._conn(host)
-            try:
-                c.request(method, target, body=payload, headers=headers)
-                resp = c.getresponse()
-                data = resp.read()
-                if resp.will_close:
-                    c.close()
-                break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                c.close()
-                if attempt:
-                    raise
-            except (OSError, http.client.HTTPException):
-                c.close()
-                raise
-        try:
-            doc = json.loads(data) if data else None
-        except ValueError:
-            doc = {"error": "", "message": data[:200].decode("utf-8", "replace")}
-        return resp.status, doc
-
-    def _call(
-        self,
-        host: HostInfo,
-        path: str,
-        query: dict[str, Any] | None = None,
-        method: str = "GET",
-        body: Any = None,
-    ) -> Any:
-        try:
-            status, doc = self.request(host, method, path, query, body)
-        except (OSError, http.client.HTTPException) as exc:
-            raise QueryServiceError(
-                f"cannot reach {host}: {exc}", status=0, error="ConnectionError"
-            ) from exc
-        if status != 200:
-            _raise_for(status, doc)
-        return doc
-
-    def _any(self, path: str, query: dict[str, Any] | None = None) -> Any:
-        """Ask the known instances in turn until one answers."""
-        hosts = list(self._bootstrap)
-        meta = self._meta
-        if meta is not None:
-            hosts += [m.host_info for m in meta.instances if m.host_info not in hosts]
-        last: Exception | None = None
-        for host in hosts:
-            try:
-                return self._call(host, path, query)
-            except QueryServiceError as exc:
-                if exc.status not in (0, 503):
-                    raise
-                last = exc
-        assert last is not None
-        raise last
-
-    # ---- metadata -----------------------------------------------------------------------
-
-    def refresh(self) -> None:
-        """Re-read the metadata and the stores from any instance."""
-        doc = self._any("/v1/metadata")
-        instances = tuple(StreamsMetadata.from_json(d) for d in doc["instances"])
-        owners = {p: m.host_info for m in instances for p in m.partitions}
-        standbys: dict[int, tuple[HostInfo, ...]] = {}
-        for m in instances:
-            for p in m.standby_partitions:
-                standbys[p] = (*standbys.get(p, ()), m.host_info)
-        stores = self._any("/v1/stores")["stores"]
-        infos = {
-            s["name"]: _StoreInfo(
-                s["name"],
-                s["kind"],
-                s["key_serde"],
-                s["value_serde"],
-                s["default_type"],
-                s.get("partitioner", "default"),
-                _serde(s["key_serde"]),
-                _serde(s["value_serde"]),
-            )
-            for s in stores
-        }
-        with self._meta_lock:
-            self._meta = _Meta(int(doc["num_partitions"]), instances, owners, standbys)
-            self._stores = infos
-
-    def _metadata(self) -> _Meta:
-        meta = self._meta
-        if meta is None:
-            self.refresh()
-            meta = self._meta
-            assert meta is not None
-        return meta
-
-    def _store(self, name: str) -> _StoreInfo:
-        info = self._stores.get(name)
-        if info is None:
-            self.refresh()
-            info = self._stores.get(name)
-            if info is None:
-                _raise_for(
-                    404,
-                    {
-                        "error": "UnknownStateStoreError",
-                        "message": f"Cannot get state store {name} because no such store is "
-                        "registered in the topology.",
-                    },
-                )
-                raise AssertionError  # pragma: no cover
-        return info
-
-    def metadata(self) -> list[StreamsMetadata]:
-        """Every instance (fresh from an instance)."""
-        self.refresh()
-        return list(self._metadata().instances)
-
-    def metadata_for_store(self, store: str) -> list[StreamsMetadata]:
-        """The instances hosting ``store``."""
-        doc = self._any(f"/v1/metadata/stores/{quote(store, safe='')}")
-        return [StreamsMetadata.from_json(d) for d in doc["instances"]]
-
-    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
-        """Where ``key`` lives, as an instance computes it."""
-        info = self._store(store)
-        doc = self._any(
-            f"/v1/metadata/stores/{quote(store, safe='')}/key", self._key_query(info, key)
-        )
-        return KeyQueryMetadata.from_json(doc)
-
-    def stores(self) -> list[dict[str, Any]]:
-        """The application's stores (name, kind, format, serdes...)."""
-        result: list[dict[str, Any]] = self._any("/v1/stores")["stores"]
-        return result
-
-    def health(self, host: str | HostInfo) -> dict[str, Any]:
-        """The ``/v1/health`` document of one instance."""
-        h = host if isinstance(host, HostInfo) else HostInfo.parse(host)
-        doc: dict[str, Any] = self._call(h, "/v1/health")
-        return doc
-
-    # ---- routing ------------------------------------------------------------------------
-
-    @staticmethod
-    def _key_query(info: _StoreInfo, key: Any, name: str = "key") -> dict[str, str]:
-        text = key_to_text(info.key_serde, key)
-        if text is not None:
-            return {name: text}
-        return {f"{name}_b64": key_to_json("custom", key, info.key)}
-
-    def _locate_key(
-        self, info: _StoreInfo, key: Any, stale: bool, fallback: bool
-    ) -> tuple[HostInfo, int]:
-        meta = self._metadata()
-        if info.partitioner == "default" and info.key is not None:
-            kb = info.key.serialize(key)
-            if kb is None:
-                raise InvalidArgumentError(f"the key serde turned {key!r} into null")
-            p = partition_for_key(kb, meta.num_partitions)
-        else:
-            p = self.metadata_for_key(info.name, key).partition
-        return self._locate_partition(p, stale, fallback)
-
-    def _locate_partition(self, p: int, stale: bool, fallback: bool) -> tuple[HostInfo, int]:
-        """The owner of partition ``p``; on the retry of a stale query, a standby if any."""
-        meta = self._metadata()
-        host = meta.owners.get(p)
-        if stale and fallback and meta.standbys.get(p):
-            host = meta.standbys[p][0]
-        if host is None or host == HostInfo.UNAVAILABLE:
-            raise StateStoreNotAvailableError(f"no instance hosts partition {p} now")
-        return host, p
-
-    def _routed(
-        self,
-        locate: Callable[[bool], tuple[HostInfo, int]],
-        path: str,
-        query: dict[str, Any],
-        method: str = "GET",
-        body: Any = None,
-    ) -> Any:
-        """Send to the located owner; after a 409 or an unreachable owner re-read the metadata
-        and retry once (a stale query retries on a standby, if there is one); retry 503
-        answers for up to ``rebalance_wait`` seconds. ``locate(retrying)`` picks the host."""
-        retried = False
-        deadline = time.monotonic() + self.rebalance_wait
-        delay = 0.02
-        while True:
-            try:
-                host, _ = locate(retried)
-                return self._call(host, path, query, method, body)
-            except (QueryServiceError, errors.InvalidStateStoreError) as exc:
-                status = getattr(exc, "status", None)
-                if status == 409 or status == 0 or isinstance(exc, StateStoreNotAvailableError):
-                    if retried:
-                        raise
-                    retried = True
-                elif status in _WAIT and time.monotonic() + delay < deadline:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-                else:
-                    raise
-            self._safe_refresh()
-
-    def _safe_refresh(self) -> None:
-        with contextlib.suppress(QueryServiceError):  # all down or busy: the retry reports it
-            self.refresh()
-
     # ---- decoding -----------------------------------------------------------------------
 
     def _decoders(
-        self, info: _StoreInfo, type_name: str | None
+        self, info: StoreInfo, type_name: str | None
     ) -> tuple[Callable[[Any], Any], Callable[[Any], Any], str]:
         qtype = QueryableStoreTypes.by_name(type_name or info.default_type)
         return (
@@ -397,7 +70,7 @@ class QueryClient:
         return q
 
     def _items(
-        self, info: _StoreInfo, docs: list[dict[str, Any]], type: str | None, windowed: str | None
+        self, info: StoreInfo, docs: list[dict[str, Any]], type: str | None, windowed: str | None
     ) -> list[KeyValue[Any, Any]]:
         kdec, vdec, wrapper = self._decoders(info, type)
         out = []
@@ -645,16 +318,6 @@ class QueryClient:
         )
         _, vdec, wrapper = self._decoders(info, type)
         return decode_value(doc["value"], wrapper, vdec)
-
-    # ---- lifecycle ----------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close every connection this client opened (in any thread). Idempotent."""
-        with self._conns_lock:
-            conns, self._conns = self._conns, []
-        for c in conns:
-            c.close()
-        self._local = threading.local()
 
     def __enter__(self) -> QueryClient:
         return self

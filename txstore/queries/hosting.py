@@ -1,0 +1,299 @@
+"""The partitions an application instance hosts, how they move, and the writer's access.
+
+:class:`PartitionHosting` (the base of :class:`~txstore.queries.Application`) keeps two
+tables, active and standby partitions, and applies the membership's assignment to them
+(:meth:`PartitionHosting.rebalance`): a revoked partition is closed (waiting for the writer's
+block and the reads in flight), an assigned one is opened as a :class:`~txstore.task.Task`
+(recovered and restored, once its previous owner released it), a standby one as a read-only
+database. Tables are replaced, never mutated, so readers take them without a lock.
+
+The writer reaches an active partition through :meth:`PartitionHosting.writer`, one
+:class:`PartitionWriter` block at a time (see :mod:`txstore.queries.local` for the threading).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from txstore.errors import (
+    InvalidArgumentError,
+    InvalidStateStoreError,
+    TaskMigratedError,
+    TxStoreError,
+    UnknownStateStoreError,
+)
+from txstore.queries.lifecycle import Lifecycle
+from txstore.queries.local import HostedPartition
+from txstore.queries.membership import Assignment, Membership
+from txstore.queries.specs import StoreSpec
+from txstore.queries.types import HostInfo, State, ThreadState
+from txstore.statedir import partition_path
+
+__all__ = ["PartitionHosting", "PartitionWriter"]
+
+_log = logging.getLogger("txstore.queries")
+
+
+class PartitionWriter:
+    """The writer's handle on one partition inside :meth:`~txstore.queries.Application.writer`:
+    its task, its stores, and :meth:`commit`."""
+
+    __slots__ = ("_hosted",)
+
+    def __init__(self, hosted: HostedPartition) -> None:
+        self._hosted = hosted
+
+    @property
+    def partition(self) -> int:
+        """The partition number."""
+        return self._hosted.number
+
+    @property
+    def task(self) -> Any:
+        """The partition's :class:`~txstore.task.Task`."""
+        return self._hosted.task
+
+    def store(self, name: str) -> Any:
+        """A store of this partition, for writing."""
+        try:
+            return self._hosted.stores[name]
+        except KeyError:
+            raise UnknownStateStoreError(name) from None
+
+    def commit(self, input_position: int) -> None:
+        """Commit the partition's task (see :meth:`txstore.task.Task.commit`)."""
+        self._hosted.task.commit(input_position)
+
+
+class _WriterBlock:
+    """The context manager :meth:`PartitionHosting.writer` returns (a class, not a generator: it
+    runs once per record in tight loops)."""
+
+    __slots__ = ("_guard", "_hosted", "_where")
+
+    def __init__(self, hosted: HostedPartition, where: HostInfo) -> None:
+        self._hosted = hosted
+        self._guard = hosted.guard
+        self._where = where
+
+    def __enter__(self) -> PartitionWriter:
+        self._guard.acquire()
+        if self._hosted.closing:
+            self._guard.release()
+            raise TaskMigratedError(
+                f"partition {self._hosted.number} was revoked from {self._where}"
+            )
+        return PartitionWriter(self._hosted)
+
+    def __exit__(self, *exc: object) -> None:
+        self._guard.release()
+
+
+class PartitionHosting(Lifecycle):
+    """The active and standby partitions of an instance and their moves (see the module
+    docstring). ``specs`` are the stores every partition holds; ``task_options`` go to each
+    :class:`~txstore.task.Task`; ``handover_timeout`` bounds the wait for a partition's previous
+    owner; ``restore_listener(partition, RestoreProgress)`` hears restores."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        host_info: HostInfo,
+        specs: dict[str, StoreSpec],
+        membership: Membership,
+        *,
+        expected_partitions: int | None,
+        task_options: dict[str, Any],
+        handover_timeout: float,
+        restore_listener: Callable[[int, Any], None] | None,
+    ) -> None:
+        super().__init__()
+        self.state_dir = state_dir
+        self.host_info = host_info
+        self._specs = specs
+        self.membership = membership
+        self._expected_partitions = expected_partitions
+        self._task_options = task_options
+        self.handover_timeout = handover_timeout
+        self._restore_listener = restore_listener
+        self._rebalance_lock = threading.Lock()
+        self._assignment: Assignment | None = None
+        self._active: dict[int, HostedPartition] = {}
+        self._standby: dict[int, HostedPartition] = {}
+        self._pending: set[int] = set()
+
+    # ---- the writer -----------------------------------------------------------------------
+
+    @property
+    def active_partitions(self) -> list[int]:
+        """The partitions this instance owns and has open, sorted."""
+        return sorted(self._active)
+
+    @property
+    def standby_partitions(self) -> list[int]:
+        """The partitions this instance keeps a read-only standby of, sorted."""
+        return sorted(self._standby)
+
+    def writer(self, partition: int) -> _WriterBlock:
+        """A block (``with app.writer(p) as w:``) in which the calling thread writes and
+        commits ``partition`` through ``w`` (a :class:`PartitionWriter`).
+
+        Holds the partition's guard for the block: keep blocks short (a record, or a batch and
+        its commit); read-uncommitted queries from other threads wait for the block to end,
+        read-committed ones never wait. Raises :class:`~txstore.errors.TaskMigratedError` if
+        this instance does not own the partition (any more).
+        """
+        hosted = self._active.get(partition)
+        if hosted is None:
+            raise TaskMigratedError(
+                f"partition {partition} is not an active partition of {self.host_info} "
+                f"(active: {self.active_partitions})"
+            )
+        return _WriterBlock(hosted, self.host_info)
+
+    # ---- rebalancing ----------------------------------------------------------------------
+
+    def rebalance(self) -> None:
+        """Read the membership now and apply any change: close the partitions this instance
+        lost, then open (recover + restore) the ones it gained. The background thread calls
+        it every ``refresh_interval``; call it to react at once."""
+        self._apply(self.membership.current())
+
+    def _apply(self, a: Assignment) -> None:
+        with self._rebalance_lock:
+            if self._stop.is_set() or not self._running():
+                return
+            if self._expected_partitions not in (None, a.num_partitions):
+                raise InvalidArgumentError(
+                    f"the membership has {a.num_partitions} partitions, the application "
+                    f"expects {self._expected_partitions}"
+                )
+            me = self.host_info
+            want_active = a.active_partitions(me)
+            want_standby = a.standby_partitions(me) - want_active
+            revoked = set(self._active) - want_active
+            assigned = want_active - set(self._active)
+            standby_gone = set(self._standby) - want_standby
+            standby_new = want_standby - set(self._standby)
+            changed = bool(revoked or assigned or standby_gone)
+            self._pending = set()
+            if self._assignment is None or a.version != self._assignment.version:
+                self._assignment = a
+                self._gen = next(self._gen_counter)
+            if changed or self._thread_state is ThreadState.STARTING:
+                self._set_state(State.REBALANCING)
+            if revoked or standby_gone:
+                self._set_thread_state(ThreadState.PARTITIONS_REVOKED)
+                for p in sorted(revoked):
+                    self._close_one("active", p)
+                for p in sorted(standby_gone):
+                    self._close_one("standby", p)
+            if assigned:
+                self._set_thread_state(ThreadState.PARTITIONS_ASSIGNED)
+                # a partition turning active here stops being a standby first
+                for p in sorted(assigned & set(self._standby)):
+                    self._close_one("standby", p)
+                self._pending = set(assigned)
+                deadline = time.monotonic() + self.handover_timeout
+                for p in sorted(assigned):
+                    hosted = self._open_active(p, deadline)
+                    if hosted is not None:
+                        self._publish("active", p, hosted)
+                        self._pending.discard(p)
+            for p in sorted(standby_new):
+                hosted = self._open_standby(p)
+                if hosted is not None:
+                    self._publish("standby", p, hosted)
+            if self._pending:
+                _log.warning(
+                    "partitions %s are still held by their previous owner; retrying",
+                    sorted(self._pending),
+                )
+                return
+            if self._thread_state is not ThreadState.RUNNING:
+                self._set_thread_state(ThreadState.RUNNING)
+            if self._state is State.REBALANCING:
+                self._set_state(State.RUNNING)
+
+    def _publish(self, role: str, p: int, hosted: HostedPartition | None) -> None:
+        """Set (or, with ``None``, remove) partition ``p`` in the ``"active"`` or
+        ``"standby"`` table. Tables are replaced, never mutated: readers take them without a
+        lock."""
+        table = dict(self._active if role == "active" else self._standby)
+        if hosted is None:
+            del table[p]
+        else:
+            table[p] = hosted
+        if role == "active":
+            self._active = table
+        else:
+            self._standby = table
+        self._gen = next(self._gen_counter)
+
+    def _close_one(self, role: str, p: int) -> None:
+        hosted = (self._active if role == "active" else self._standby)[p]
+        # Queries see the partition closing ("store is not open") until it is closed, then
+        # not at all; the close waits for the writer's block and the reads in flight.
+        hosted.closing = True
+        self._gen = next(self._gen_counter)
+        hosted.close(self.handover_timeout)
+        self._publish(role, p, None)
+
+    def _open_active(self, p: int, deadline: float) -> HostedPartition | None:
+        from txstore.task import Task
+
+        path = partition_path(self.state_dir, p)
+        path.mkdir(parents=True, exist_ok=True)
+        delay = 0.005
+        while True:
+            try:
+                task = Task(path, **self._task_options)
+                break
+            except InvalidStateStoreError as exc:  # the previous owner still holds it
+                if time.monotonic() + delay > deadline:
+                    _log.info("partition %d: %s", p, exc)
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        try:
+            stores = {name: spec.open(task) for name, spec in self._specs.items()}
+            listener = self._restore_listener
+            task.initialize(None if listener is None else (lambda prog: listener(p, prog)))
+        except BaseException:
+            task.close()
+            raise
+        return HostedPartition(p, task=task, stores=stores, running=self._running)
+
+    def _open_standby(self, p: int) -> HostedPartition | None:
+        from txstore.database import Database
+
+        path = partition_path(self.state_dir, p)
+        if not (path / "data" / "data.mdb").is_file():
+            return None  # never written yet: nothing to serve
+        try:
+            db = Database(path, readonly=True)
+        except TxStoreError as exc:
+            _log.info("standby partition %d not opened: %s", p, exc)
+            return None
+        try:
+            stores = {name: spec.open_readonly(db) for name, spec in self._specs.items()}
+        except TxStoreError as exc:
+            db.close()
+            _log.info("standby partition %d not opened: %s", p, exc)
+            return None
+        return HostedPartition(p, db=db, stores=stores, running=self._running)
+
+    def _close_partitions(self) -> None:
+        active, standby = self._active, self._standby
+        self._active, self._standby = {}, {}
+        self._gen = next(self._gen_counter)
+        for hosted in [*active.values(), *standby.values()]:
+            try:
+                hosted.close(self.handover_timeout)
+            except Exception:
+                _log.exception("closing partition %d failed", hosted.number)
