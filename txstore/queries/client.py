@@ -87,6 +87,23 @@ class QueryClient(RoutingClient):
     def _path(self, store: str, op: str) -> str:
         return f"/v1/stores/{quote(store, safe='')}/{op}"
 
+    def _to_owner(
+        self, info: StoreInfo, key: Any, stale: bool, op: str, query: dict[str, Any]
+    ) -> Any:
+        """Send ``op`` on ``key`` to the key's owner (with the retries of :meth:`_routed`)."""
+        return self._routed(
+            lambda fb: self._locate_key(info, key, stale, fb), self._path(info.name, op), query
+        )
+
+    def _key_range(
+        self, info: StoreInfo, query: dict[str, Any], lo: Any, hi: Any, lo_name: str, hi_name: str
+    ) -> None:
+        """Add the bounds of a key range to ``query`` (``None``: unbounded)."""
+        if lo is not None:
+            query.update(self._key_query(info, lo, lo_name))
+        if hi is not None:
+            query.update(self._key_query(info, hi, hi_name))
+
     def get(
         self,
         store: str,
@@ -99,9 +116,7 @@ class QueryClient(RoutingClient):
         """The value of ``key`` in key-value store ``store`` (None if absent), from its owner."""
         info = self._store(store)
         q = self._options(type, stale, read_committed, self._key_query(info, key))
-        doc = self._routed(
-            lambda fb: self._locate_key(info, key, stale, fb), self._path(store, "get"), q
-        )
+        doc = self._to_owner(info, key, stale, "get", q)
         _, vdec, wrapper = self._decoders(info, type)
         return decode_value(doc["value"], wrapper, vdec)
 
@@ -145,10 +160,7 @@ class QueryClient(RoutingClient):
         partition (``None``: unbounded)."""
         info = self._store(store)
         q: dict[str, Any] = {}
-        if key_from is not None:
-            q.update(self._key_query(info, key_from, "from"))
-        if key_to is not None:
-            q.update(self._key_query(info, key_to, "to"))
+        self._key_range(info, q, key_from, key_to, "from", "to")
         if reverse:
             q["reverse"] = "true"
         q = self._options(type, stale, read_committed, q)
@@ -224,19 +236,14 @@ class QueryClient(RoutingClient):
                 if limit is not None:
                     q["limit"] = limit
             q = self._options(type, stale, read_committed, {**extra, **q})
-            doc = self._routed(
-                lambda fb: self._locate_key(info, key, stale, fb), self._path(store, "fetch"), q
-            )
+            doc = self._to_owner(info, key, stale, "fetch", q)
             if len(args) == 2:
                 _, vdec, wrapper = self._decoders(info, type)
                 return decode_value(doc["value"], wrapper, vdec)
             return self._items(info, doc["items"], type, "time")
         if len(args) == 4:
             q = dict(extra, time_from=args[2], time_to=args[3])
-            if args[0] is not None:
-                q.update(self._key_query(info, args[0], "key_from"))
-            if args[1] is not None:
-                q.update(self._key_query(info, args[1], "key_to"))
+            self._key_range(info, q, args[0], args[1], "key_from", "key_to")
             q = self._options(type, stale, read_committed, q)
             return self._fan_out(store, "fetch", q, limit, "time", type)
         raise InvalidArgumentError(
@@ -284,16 +291,11 @@ class QueryClient(RoutingClient):
             if limit is not None:
                 q["limit"] = limit
             q = self._options(type, stale, read_committed, q)
-            doc = self._routed(
-                lambda fb: self._locate_key(info, key, stale, fb), self._path(store, "sessions"), q
-            )
+            doc = self._to_owner(info, key, stale, "sessions", q)
             return self._items(info, doc["items"], type, "session")
         if len(args) == 4:
             q = dict(extra, earliest_end=args[2], latest_start=args[3])
-            if args[0] is not None:
-                q.update(self._key_query(info, args[0], "key_from"))
-            if args[1] is not None:
-                q.update(self._key_query(info, args[1], "key_to"))
+            self._key_range(info, q, args[0], args[1], "key_from", "key_to")
             q = self._options(type, stale, read_committed, q)
             return self._fan_out(store, "sessions", q, limit, "session", type)
         raise InvalidArgumentError(f"find_sessions takes 3 or 4 arguments, got {len(args)}")
@@ -313,9 +315,7 @@ class QueryClient(RoutingClient):
         info = self._store(store)
         q = dict(self._key_query(info, key), start=session_start, end=session_end)
         q = self._options(type, stale, read_committed, q)
-        doc = self._routed(
-            lambda fb: self._locate_key(info, key, stale, fb), self._path(store, "session"), q
-        )
+        doc = self._to_owner(info, key, stale, "session", q)
         _, vdec, wrapper = self._decoders(info, type)
         return decode_value(doc["value"], wrapper, vdec)
 

@@ -154,6 +154,19 @@ class StoreReader:
 
     def get(self, kb: bytes) -> Any:
         """The value of the serialized key ``kb`` (converted to the query's type), or None."""
+        raw = self._gated(self._bget, kb)
+        if raw is None:
+            return None
+        value = self._decode(raw)
+        convert = self._convert
+        return value if convert is None or value is None else convert(value)
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(view)`` under the close gate (reading uncommitted: under the guard)."""
+        return self._gated(fn, self.view)
+
+    def _gated(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        """``fn(arg)`` under the close gate; a store closed under it raises ``gone()``."""
         h = self.hosted
         guard = self.guard
         if guard is not None:
@@ -163,36 +176,7 @@ class StoreReader:
                 if h.closing:
                     raise h.gone()
                 try:
-                    raw = self._bget(kb)
-                except InvalidStateStoreError as exc:
-                    raise h.gone() from exc
-        else:
-            inflight = h.inflight
-            inflight.append(None)
-            try:
-                if h.closing:
-                    raise h.gone()
-                raw = self._bget(kb)
-            except InvalidStateStoreError as exc:
-                raise h.gone() from exc
-            finally:
-                inflight.pop()
-        if raw is None:
-            return None
-        value = self._decode(raw)
-        convert = self._convert
-        return value if convert is None or value is None else convert(value)
-
-    def call(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(view)`` under the close gate (reading uncommitted: under the guard)."""
-        h = self.hosted
-        guard = self.guard
-        if guard is not None:
-            with guard:
-                if h.closing:
-                    raise h.gone()
-                try:
-                    return fn(self.view)
+                    return fn(arg)
                 except InvalidStateStoreError as exc:
                     raise h.gone() from exc
         inflight = h.inflight
@@ -200,7 +184,7 @@ class StoreReader:
         try:
             if h.closing:
                 raise h.gone()
-            return fn(self.view)
+            return fn(arg)
         except InvalidStateStoreError as exc:
             raise h.gone() from exc
         finally:
