@@ -326,6 +326,21 @@ def test_client_reports_unreachable_instances() -> None:
     client.close()
 
 
+def test_client_asks_the_next_instance_when_one_is_not_running(served: Any, tmp_path: Path) -> None:
+    # An instance whose server answers while its application is not started (or stopped)
+    # answers /v1/metadata with 503 and a typed error; the client must try the next one.
+    _, server = served
+    idle = Application(
+        "app", tmp_path, builders(), application_server="127.0.0.1:0", num_partitions=N
+    )
+    with QueryServer(idle, token=TOKEN) as idle_server:
+        for _ in ("not started", "stopped"):
+            with QueryClient([str(idle_server.address), str(server.address)], token=TOKEN) as c:
+                assert c.get("counts", "user-7") == 7
+                assert [m.host_info for m in c.metadata()] == [server.address]
+            idle.close()
+
+
 @pytest.fixture(scope="module")
 def windowed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     hour = 3_600_000

@@ -104,8 +104,8 @@ class RoutingClient(HttpTransport):
         for host in hosts:
             try:
                 return self._call(host, path, query)
-            except QueryServiceError as exc:
-                if exc.status not in (0, 503):
+            except TxStoreError as exc:  # QueryServiceError, or the error the server named
+                if getattr(exc, "status", None) not in (0, 503):
                     raise
                 last = exc
         assert last is not None
@@ -256,5 +256,5 @@ class RoutingClient(HttpTransport):
             self._safe_refresh()
 
     def _safe_refresh(self) -> None:
-        with contextlib.suppress(QueryServiceError):  # all down or busy: the retry reports it
+        with contextlib.suppress(TxStoreError):  # all down or busy: the retry reports it
             self.refresh()
