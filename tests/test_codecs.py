@@ -688,6 +688,8 @@ def test_convert_every_direction_single_batch_oracle(src, dst, data):
     raws = data.draw(st.lists(st.none() | stored_value(src), max_size=8))
     expected = [o.convert(r, ofmt(src), ofmt(dst)) for r in raws]
     assert [c.convert_value(r, src, dst) for r in raws] == expected
+    convert = c.value_converter(src, dst)
+    assert [convert(r) for r in raws] == expected
     assert c.convert_values(raws, src, dst) == expected
     # and the converted values are valid values of dst
     for r, out in zip(raws, expected, strict=True):
@@ -915,6 +917,92 @@ def test_garbage_convert(src, dst, data):
 
 def _agree_convert_one(raw: bytes | None, src: VF, dst: VF) -> None:
     agree(lambda: c.convert_value(raw, src, dst), lambda: o.convert(raw, ofmt(src), ofmt(dst)))
+    convert = c.value_converter(src, dst)
+    agree(lambda: convert(raw), lambda: o.convert(raw, ofmt(src), ofmt(dst)))
+
+
+# value_converter: the conversion of one pair of formats, resolved once. Its fast paths read a
+# one- or two-byte headers size inline; everything else goes through split_value + pack_value.
+
+
+def test_value_converter_is_resolved_once_per_pair():
+    for src in FORMATS:
+        for dst in FORMATS:
+            convert = c.value_converter(src, dst)
+            assert c.value_converter(int(src), int(dst)) is convert  # type: ignore[arg-type]
+            assert convert(None) is None
+
+
+@pytest.mark.parametrize("src", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("dst", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("hsize", [0, 63, 64, 100, 8191, 8192, 20000])
+def test_value_converter_headers_size_edges(src, dst, hsize):
+    # one header whose value fills the headers section to exactly hsize bytes (0: none)
+    hb = b"" if hsize == 0 else o.encode_headers([("k", b"x" * (hsize - 4 - (hsize > 67)))])
+    if hsize in (8192, 20000):  # three-byte value length: let the size fall where it falls
+        hb = o.encode_headers([("k", b"x" * hsize)])
+    else:
+        assert len(hb) == hsize
+    raw = o.pack(ofmt(src), b"value", 1234, hb)
+    expected = o.convert(raw, ofmt(src), ofmt(dst))
+    assert c.value_converter(src, dst)(raw) == expected
+    assert c.convert_value(raw, src, dst) == expected
+    assert c.split_value(src, raw) == o.split(ofmt(src), raw)
+    if src.has_headers and len(raw) > 2:  # cut off: one byte short of a whole value
+        agree(lambda: c.split_value(src, raw[:-1]), lambda: o.split(ofmt(src), raw[:-1]))
+
+
+@pytest.mark.parametrize("src", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("dst", FORMATS, ids=lambda f: f.name)
+def test_value_converter_buffer_types_give_bytes(src, dst):
+    raw = o.pack(ofmt(src), b"value", 1234, o.encode_headers([("k", b"v")]))
+    expected = o.convert(raw, ofmt(src), ofmt(dst))
+    for buf in (bytearray(raw), memoryview(raw)):
+        out = c.value_converter(src, dst)(buf)  # type: ignore[arg-type]
+        assert type(out) is bytes
+        assert out == expected
+
+
+BAD_STORED: list[tuple[str, VF, bytes]] = [
+    ("TIMESTAMPED: 7 bytes", VF.TIMESTAMPED, h("00000000000003")),
+    ("TIMESTAMPED: empty", VF.TIMESTAMPED, b""),
+    ("HEADERS: empty", VF.HEADERS, b""),
+    ("HEADERS: timestamp cut short", VF.HEADERS, h("00 00000000000003")),
+    ("HEADERS: negative size", VF.HEADERS, h("01 0000000000000000")),
+    ("HEADERS: two-byte negative size", VF.HEADERS, h("8101") + bytes(200)),
+    ("HEADERS: size past the end", VF.HEADERS, h("04 02") + bytes(8)),
+    ("HEADERS: two-byte size past the end", VF.HEADERS, h("8001") + bytes(70)),
+    ("HEADERS: varint over 5 bytes", VF.HEADERS, h("ffffffffff01") + bytes(8)),
+    ("PLAIN_HEADERS: empty", VF.PLAIN_HEADERS, b""),
+    ("PLAIN_HEADERS: negative size", VF.PLAIN_HEADERS, h("03")),
+    ("PLAIN_HEADERS: size past the end", VF.PLAIN_HEADERS, h("0a 0000")),
+    ("PLAIN_HEADERS: truncated varint", VF.PLAIN_HEADERS, h("80")),
+]
+
+
+@pytest.mark.parametrize(("why", "src", "raw"), BAD_STORED, ids=[w for w, _, _ in BAD_STORED])
+@pytest.mark.parametrize("dst", FORMATS, ids=lambda f: f.name)
+def test_value_converter_bad_value_is_a_serialization_error(why, src, raw, dst):
+    with pytest.raises(o.OracleError):
+        o.convert(raw, ofmt(src), ofmt(dst))
+    with pytest.raises(SerializationError):
+        c.value_converter(src, dst)(raw)
+    with pytest.raises(SerializationError):
+        c.convert_value(raw, src, dst)
+
+
+@pytest.mark.parametrize("src", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("dst", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("raw", ["text", 12, 1.5, [0] * 12, object()], ids=type)
+def test_value_converter_wrong_type_is_an_invalid_type_error(src, dst, raw):
+    with pytest.raises(InvalidTypeError):
+        c.value_converter(src, dst)(raw)
+
+
+@pytest.mark.parametrize(("src", "dst"), [(7, VF.PLAIN), (VF.PLAIN, 4), (-1, -1), ("PLAIN", 0)])
+def test_value_converter_unknown_format_is_an_invalid_argument_error(src, dst):
+    with pytest.raises(InvalidArgumentError):
+        c.value_converter(src, dst)
 
 
 window_key_encodings = st.builds(o.window_key, keys, timestamps, seqs)

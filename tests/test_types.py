@@ -88,6 +88,29 @@ def test_headers_hash_follows_equality():
     assert {a: 1}[b] == 1
 
 
+def test_decoded_headers_behave_as_constructed_headers():
+    # decode_headers hands its pairs over without the constructor's checks (Headers._trusted)
+    # and Header tuples are made on first access: nothing of that may show
+    pairs = [("b", b"1"), ("a", None), ("b", b"2"), ("c", b"")]
+    built = Headers(pairs)
+    decoded = codecs.decode_headers(codecs.encode_headers(pairs))
+    assert decoded == built
+    assert hash(decoded) == hash(built)
+    assert repr(decoded) == repr(built) == f"Headers({pairs!r})"
+    assert decoded.last_header("b") == b"2"
+    assert decoded.headers("b") == [b"1", b"2"]
+    for hs in (decoded, built):
+        first = list(hs)
+        assert all(type(x) is Header for x in first)
+        assert first == [Header(k, v) for k, v in pairs]
+        assert list(hs) == first and all(a is b for a, b in zip(hs, first, strict=True))
+        assert hs[1] == Header("a", None) and hs[1].value is None
+        assert hs[1:3] == (Header("a", None), Header("b", b"2"))
+        assert hs.to_list() == first
+        assert hs.add("d", None) == Headers([*pairs, ("d", None)])
+    assert Headers._trusted([("k", b"v")]) == Headers([("k", b"v")])
+
+
 def test_last_header():
     hs = Headers([("k", b"1"), ("j", b"x"), ("k", b"2")])
     assert hs.last_header("k") == b"2"

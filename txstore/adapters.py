@@ -36,10 +36,10 @@ reverse is a downgrade and is refused, because it would drop timestamps or heade
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from txstore.codecs import ValueFormat, convert_value
+from txstore.codecs import ValueConverter, ValueFormat, value_converter
 from txstore.errors import ConfigConflictError, InvalidArgumentError
 
 __all__ = [
@@ -90,17 +90,19 @@ class FormatAdapter:
     stored: ValueFormat
     used: ValueFormat
 
-    def to_stored(self, raw: bytes | None) -> bytes | None:
-        """The write side: a value of the used format, as stored. O(len(raw))."""
-        return convert_value(raw, self.used, self.stored)
+    #: The write side: a value of the used format, as stored. O(len(raw)).
+    to_stored: ValueConverter = field(repr=False, compare=False)
 
-    def from_stored(self, raw: bytes | None) -> bytes | None:
-        """The read side: a stored value, in the used format. O(len(raw))."""
-        return convert_value(raw, self.stored, self.used)
+    #: The read side: a stored value, in the used format. O(len(raw)).
+    from_stored: ValueConverter = field(repr=False, compare=False)
 
 
 def _adapter(name: str, kind: str, stored: ValueFormat, used: ValueFormat) -> FormatAdapter:
-    return FormatAdapter(name, kind, stored, used)
+    # The two conversions are resolved once here (value_converter), so an adapted store's
+    # reads and writes call a function specialised to the pair of formats.
+    return FormatAdapter(
+        name, kind, stored, used, value_converter(used, stored), value_converter(stored, used)
+    )
 
 
 KeyValueToTimestampedKeyValueByteStoreAdapter: Final = _adapter(

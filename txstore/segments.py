@@ -40,7 +40,7 @@ from types import SimpleNamespace
 from typing import Any, Final
 
 from txstore import faults
-from txstore.codecs import ValueFormat, convert_value, segment_id
+from txstore.codecs import ValueFormat, segment_id_function, value_converter
 from txstore.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -130,6 +130,7 @@ class SegmentedBytesStore(SegmentedReads):
         self.schema = schema
         self.retention = retention
         self.segment_interval = segment_interval
+        self._segment_id = segment_id_function(int(segment_interval))
         self.format = ValueFormat(fmt)
         self.in_memory = not p.persistent
         self._transactional = bool(transactional)
@@ -282,7 +283,8 @@ class SegmentedBytesStore(SegmentedReads):
                 return None
         rows = merge_rows(upper, lower, False) if upper else lower
         if seg.fmt != self.format:
-            rows = [(k, convert_value(v, seg.fmt, self.format)) for k, v in rows]
+            convert = value_converter(seg.fmt, self.format)
+            rows = [(k, convert(v)) for k, v in rows]
         return rows  # type: ignore[return-value]
 
     def fetch_window_rows(
@@ -352,7 +354,7 @@ class SegmentedBytesStore(SegmentedReads):
         if ts > observed:
             self._observed = observed = ts
         limit = observed - self.retention
-        min_live = segment_id(limit, self.segment_interval)
+        min_live = self._segment_id(limit)
         sid = ts // self.segment_interval
         if sid < min_live or (self.in_memory and ts <= limit):
             self.dropped_records += 1
@@ -410,7 +412,7 @@ class SegmentedBytesStore(SegmentedReads):
             raise InvalidArgumentError("restored records must not have negative timestamps")
         self._observed = max(self._observed, *stamps)
         limit = self._observed - self.retention
-        min_live = segment_id(limit, self.segment_interval)
+        min_live = self._segment_id(limit)
         batches: dict[int, list[Row]] = {}  # rows by segment, in changelog order
         interval = self.segment_interval
         in_memory = self.in_memory
@@ -481,7 +483,8 @@ class SegmentedBytesStore(SegmentedReads):
         visible row is converted and staged (or written in one transaction), with the new
         registry entry. O(rows of the segment), once per old segment written to."""
         src, _ = self._open_segment(seg.id)
-        rows = [(k, convert_value(v, seg.fmt, self.format)) for k, v in read_all(src)]
+        convert = value_converter(seg.fmt, self.format)
+        rows = [(k, convert(v)) for k, v in read_all(src)]
         reg = (_REG.pack(seg.id), bytes((self.format,)))
         if seg.ov is not None and self._reg_ov is not None:
             for k, v in rows:

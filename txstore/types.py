@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from txstore.errors import InvalidArgumentError, InvalidTypeError
@@ -64,11 +65,20 @@ class Header(NamedTuple):
     value: bytes | None
 
 
+#: Makes a :class:`Header` of a ``(key, value)`` pair in C (``Header(key, value)`` runs
+#: Python code): ~100 ns.
+_as_header = partial(tuple.__new__, Header)
+
+
 class Headers:
     """An immutable, ordered list of record headers (Kafka's ``Headers``).
 
     Order is insertion order and duplicate keys are kept, as Kafka does. Equality compares the
     headers in order. ``None`` and an empty list are the same "no headers".
+
+    The headers are kept as plain ``(key, value)`` pairs and handed out as :class:`Header`
+    tuples, made on first access (as Kafka's ``LazyHeaders``): decoding a value's headers
+    costs no ``Header`` objects unless they are looked at one by one.
 
     >>> h = Headers([("a", None), ("bc", b"\\x01\\x02")])
     >>> len(h), h[0]
@@ -77,10 +87,15 @@ class Headers:
     [None, b'x']
     """
 
-    __slots__ = ("_items",)
+    __slots__ = ("_headers", "_items")
+
+    # The pairs, in a list that is never changed (a list, as decoders build one: making it a
+    # tuple would cost a copy); _headers: the same as Header tuples, once made (_as_headers).
+    _items: list[tuple[str, bytes | None]]
+    _headers: tuple[Header, ...]
 
     def __init__(self, items: Iterable[tuple[str, bytes | None]] | None = None) -> None:
-        out: list[Header] = []
+        out: list[tuple[str, bytes | None]] = []
         for item in items or ():
             try:
                 key, value = item
@@ -97,8 +112,28 @@ class Headers:
                     raise InvalidTypeError(
                         f"a header value must be bytes or None, got {type(value).__name__}"
                     )
-            out.append(Header(key, value))
-        self._items: tuple[Header, ...] = tuple(out)
+            out.append((key, value))
+        self._items = out
+
+    @classmethod
+    def _trusted(cls, items: list[tuple[str, bytes | None]]) -> Headers:
+        """Headers over ``items`` as they are, without the constructor's checks. O(1).
+
+        Internal: for decoders that built ``items`` themselves, so every item is already a
+        pair of a ``str`` key and a ``bytes`` or ``None`` value, and that hand the list
+        over (nothing may change it afterwards). :func:`txstore.codecs.decode_headers`
+        inlines this.
+        """
+        headers = object.__new__(cls)
+        headers._items = items
+        return headers
+
+    def _as_headers(self) -> tuple[Header, ...]:
+        try:
+            return self._headers
+        except AttributeError:  # first access
+            self._headers = tuple(map(_as_header, self._items))
+            return self._headers
 
     @classmethod
     def of(cls, headers: Headers | Iterable[tuple[str, bytes | None]] | None) -> Headers:
@@ -113,21 +148,21 @@ class Headers:
 
     def last_header(self, key: str) -> bytes | None:
         """The value of the last header named ``key``, or ``None`` if there is none. O(n)."""
-        for header in reversed(self._items):
-            if header.key == key:
-                return header.value
+        for k, value in reversed(self._items):
+            if k == key:
+                return value
         return None
 
     def headers(self, key: str) -> list[bytes | None]:
         """Every value of headers named ``key``, in order. O(n)."""
-        return [h.value for h in self._items if h.key == key]
+        return [value for k, value in self._items if k == key]
 
     def to_list(self) -> list[Header]:
         """The headers as a list of :class:`Header` tuples."""
-        return list(self._items)
+        return list(self._as_headers())
 
     def __iter__(self) -> Iterator[Header]:
-        return iter(self._items)
+        return iter(self._as_headers())
 
     def __len__(self) -> int:
         return len(self._items)
@@ -140,7 +175,7 @@ class Headers:
     @overload
     def __getitem__(self, index: slice) -> tuple[Header, ...]: ...
     def __getitem__(self, index: int | slice) -> Header | tuple[Header, ...]:
-        return self._items[index]
+        return self._as_headers()[index]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Headers):
@@ -148,10 +183,10 @@ class Headers:
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self._items)
+        return hash(tuple(self._items))
 
     def __repr__(self) -> str:
-        return f"Headers({[tuple(h) for h in self._items]!r})"
+        return f"Headers({self._items!r})"
 
 
 EMPTY_HEADERS = Headers()

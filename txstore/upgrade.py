@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from txstore.codecs import ValueFormat, convert_value
+from txstore.codecs import ValueFormat, convert_value, value_converter
 from txstore.errors import InvalidTypeError
 from txstore.iterators import EMPTY_SOURCE, ChunkSource, FnSource, KeyRange, MergedSource, Row
 from txstore.kv_bytes import BytesKeyValueStore, ReadCommittedView, _key, _value
@@ -52,9 +52,11 @@ LegacyTier = tuple[str | None, ValueFormat]
 
 
 def _converting(source: ChunkSource, src: ValueFormat, dst: ValueFormat) -> ChunkSource:
+    convert = value_converter(src, dst)
+
     def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
         rows, frontier = source.read_chunk(rng, reverse, n)
-        return [(k, convert_value(v, src, dst)) for k, v in rows], frontier
+        return [(k, convert(v)) for k, v in rows], frontier
 
     return FnSource(read)
 

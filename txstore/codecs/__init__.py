@@ -50,6 +50,7 @@ from txstore.codecs.keys import (
     ordered_upper_range,
     parse_time_windowed_key,
     segment_id,
+    segment_id_function,
     session_key,
     session_lower_range,
     session_lower_range_fixed,
@@ -63,6 +64,7 @@ from txstore.codecs.keys import (
     window_upper_range_fixed,
 )
 from txstore.codecs.values import (
+    ValueConverter,
     convert_value,
     decode_headers,
     decode_unsigned_varint,
@@ -73,11 +75,13 @@ from txstore.codecs.values import (
     pack_value,
     record_to_value,
     split_value,
+    value_converter,
 )
 
 __all__ = [
     "INT_MAX",
     "LONG_MAX",
+    "ValueConverter",
     "ValueFormat",
     "convert_value",
     "convert_values",
@@ -102,6 +106,7 @@ __all__ = [
     "record_to_value",
     "records_to_values",
     "segment_id",
+    "segment_id_function",
     "segment_ids",
     "session_key",
     "session_keys",
@@ -112,6 +117,7 @@ __all__ = [
     "split_value",
     "split_values",
     "time_windowed_key",
+    "value_converter",
     "window_key",
     "window_keys",
     "window_lower_range",

@@ -4,7 +4,7 @@ A cffi call costs 90-450 ns with its argument conversion, against ~20 ns per ite
 the C library is called once per *list*: items are packed into one buffer plus a lengths array
 (``-1`` for ``None``), and the result is cut back into ``bytes`` objects with one ``struct``
 call. ``perf/bench_codecs.py`` measures every function here against a pure-Python loop: the
-compute-heavy ones (murmur2, varints) are 6-28x faster, while layouts that Python builds with
+compute-heavy ones (murmur2, varints) are 7-28x faster, while layouts that Python builds with
 one concatenation per item are bound by the cost of creating the output objects and gain
 little or nothing (see ``docs/formats.md``). Single-item ``murmur2`` lives here too, since
 it is the one single-item codec where C wins.
@@ -31,6 +31,9 @@ from txstore.codecs._common import (
     _format,
 )
 from txstore.errors import InvalidArgumentError, InvalidTypeError
+
+# C int32 and int64 arrays are read and written through array("i") and array("q").
+assert array("i").itemsize == 4 and array("q").itemsize == 8  # on every platform we build on
 
 _ffi: Any = _codecs.ffi
 _lib: Any = _codecs.lib
@@ -92,6 +95,16 @@ def _unpack(buf: Any, total: int, lens: Any, n: int) -> list[bytes | None]:
     return items
 
 
+def _ints(typecode: str, cdata: Any, n: int) -> list[int]:
+    """The first ``n`` C ints (``q``: int64, ``i``: int32) of ``cdata`` as a list of ints.
+
+    ``array.tolist`` makes the ints ~40% faster than ``ffi.unpack`` (7 against 12 ns each).
+    """
+    out = array(typecode)
+    out.frombytes(_ffi.buffer(cdata, out.itemsize * n))
+    return out.tolist()
+
+
 def _c_ints(typecode: str, name: str, values: Sequence[int]) -> bytes:
     """``values`` as native C ints (``q``: int64, ``i``: int32) for a batch C call, with the
     typed errors of :func:`_array`."""
@@ -105,7 +118,9 @@ def encode_varints(values: Sequence[int]) -> bytes:
     """Concatenated zig-zag varints of many ints, in one C call."""
     n = len(values)
     arr = None
-    if set(map(type, values)) <= {int}:  # no bools or other int subclasses: as _check_int
+    # Exact ints only, as _check_int (no bools or other int subclasses): counting the types
+    # in a list costs ~10 ns per value, a set of them ~15.
+    if list(map(type, values)).count(int) == n:
         with suppress(struct.error):  # out of range: reported below, as _check_int words it
             arr = struct.pack(f"{n}i", *values)
     if arr is None:
@@ -123,11 +138,11 @@ def decode_varints(buf: bytes) -> list[int]:
     """Decode a buffer made only of zig-zag varints, in one C call."""
     buf = _as_bytes("buf", buf)
     n = len(buf)
-    out = _ffi.new("int32_t[]", n + 1)
+    out = _new_output("int32_t[]", n + 1)  # C writes the first `count` values
     count = _lib.txc_varint_decode_batch(_ffi.from_buffer(buf), n, out, n + 1)
     if count < 0:
         raise _fail(count, "varints")
-    return list(_ffi.unpack(out, count))
+    return _ints("i", out, count)
 
 
 def convert_values(
@@ -252,7 +267,7 @@ def extract_window_keys(raws: Sequence[bytes]) -> list[tuple[bytes, int, int]]:
         raise _fail(r, "window store keys")
     # Every raw is >= 12 bytes (C checked): its key is all but its last 12 bytes.
     keys = _cut(data, lens, 12)
-    return list(zip(keys, _ffi.unpack(ts, n), _ffi.unpack(sq, n), strict=True))
+    return list(zip(keys, _ints("q", ts, n), _ints("i", sq, n), strict=True))
 
 
 def session_keys(keys: Sequence[bytes], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
@@ -293,7 +308,7 @@ def extract_session_keys(raws: Sequence[bytes]) -> list[tuple[bytes, int, int]]:
         raise _fail(r, "session store keys")
     # Every raw is >= 16 bytes (C checked): its key is all but its last 16 bytes.
     keys = _cut(data, lens, 16)
-    return list(zip(keys, _ffi.unpack(starts, n), _ffi.unpack(ends, n), strict=True))
+    return list(zip(keys, _ints("q", starts, n), _ints("q", ends, n), strict=True))
 
 
 def segment_ids(timestamps: Sequence[int], interval: int) -> list[int]:

@@ -2,22 +2,30 @@
 
 Single-item, pure-Python paths (``key + struct.pack``); batch forms are in
 :mod:`txstore.codecs._native`. Layouts and bound rules: ``docs/formats.md``.
+
+Argument checks cost nothing when the arguments are good: ``struct`` already rejects a
+non-int or out-of-range number and a short buffer, and ``bytes + x`` a non-bytes key, so the
+functions let them do the work inside ``try`` and turn their errors into typed ones.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from txstore.codecs._common import (
-    _Q,
-    _QI,
-    _QQ,
     INT_MAX,
     LONG_MAX,
     _as_bytes,
     _check_int,
     _check_long,
     _fail,
+    _pack_q,
+    _pack_qi,
+    _pack_qq,
+    _unpack_q,
+    _unpack_qi,
+    _unpack_qq,
 )
 from txstore.errors import InvalidArgumentError
 
@@ -25,22 +33,28 @@ from txstore.errors import InvalidArgumentError
 def window_key(key: bytes, timestamp: int, seq: int = 0) -> bytes:
     """Window store key ``[key][ts 8 BE][seq 4 BE]`` (``WindowKeySchema.toStoreKeyBinary``)."""
     try:
-        return key + _QI.pack(timestamp, seq)
+        return key + _pack_qi(timestamp, seq)
     except (TypeError, struct.error):
-        _as_bytes("key", key)
-        _check_long("timestamp", timestamp)
-        _check_int("seq", seq)
-        return _as_bytes("key", key) + _QI.pack(timestamp, seq)
+        pass
+    return _as_bytes("key", key) + _pack_qi(
+        _check_long("timestamp", timestamp), _check_int("seq", seq)
+    )
 
 
 def extract_window_key(raw: bytes) -> tuple[bytes, int, int]:
-    """Split a window store key into ``(key, timestamp, seq)``. O(n)."""
-    if type(raw) is not bytes:
-        raw = _as_bytes("raw", raw)
-    if len(raw) < 12:
-        raise _fail(-1, "window store key")
-    ts, seq = _QI.unpack_from(raw, len(raw) - 12)
-    return raw[:-12], ts, seq
+    """Split a window store key into ``(key, timestamp, seq)``. O(n).
+
+    >>> extract_window_key(bytes.fromhex("6100000000000003e800000000"))
+    (b'a', 1000, 0)
+    """
+    if type(raw) is bytes:
+        n = len(raw) - 12
+        try:  # a raw shorter than 12 bytes makes unpack_from fail (n < 0 counts from the end)
+            ts, seq = _unpack_qi(raw, n)
+        except struct.error:
+            raise _fail(-1, "window store key") from None
+        return raw[:n], ts, seq
+    return extract_window_key(_as_bytes("raw", raw))
 
 
 def ordered_upper_range(key: bytes, max_suffix: bytes) -> bytes:
@@ -80,29 +94,33 @@ def window_lower_range(key: bytes, time_from: int) -> bytes:
 def window_upper_range(key: bytes, time_to: int) -> bytes:
     """Upper bound of a key-range window fetch: ``upperRange(key, L(to) || I(MAX))``."""
     return ordered_upper_range(
-        _as_bytes("key", key), _QI.pack(_check_long("time_to", time_to), INT_MAX)
+        _as_bytes("key", key), _pack_qi(_check_long("time_to", time_to), INT_MAX)
     )
 
 
 def session_key(key: bytes, start: int, end: int) -> bytes:
     """Session store key ``[key][end 8 BE][start 8 BE]`` (end first, as Kafka does)."""
     try:
-        return key + _QQ.pack(end, start)
+        return key + _pack_qq(end, start)
     except (TypeError, struct.error):
-        _as_bytes("key", key)
-        _check_long("start", start)
-        _check_long("end", end)
-        return _as_bytes("key", key) + _QQ.pack(end, start)
+        pass
+    return _as_bytes("key", key) + _pack_qq(_check_long("end", end), _check_long("start", start))
 
 
 def extract_session_key(raw: bytes) -> tuple[bytes, int, int]:
-    """Split a session store key into ``(key, start, end)``."""
-    if type(raw) is not bytes:
-        raw = _as_bytes("raw", raw)
-    if len(raw) < 16:
-        raise _fail(-1, "session store key")
-    end, start = _QQ.unpack_from(raw, len(raw) - 16)
-    return raw[:-16], start, end
+    """Split a session store key into ``(key, start, end)``. O(n).
+
+    >>> extract_session_key(bytes.fromhex("61" "0000000000001388" "00000000000003e8"))
+    (b'a', 1000, 5000)
+    """
+    if type(raw) is bytes:
+        n = len(raw) - 16
+        try:  # a raw shorter than 16 bytes makes unpack_from fail (n < 0 counts from the end)
+            end, start = _unpack_qq(raw, n)
+        except struct.error:
+            raise _fail(-1, "session store key") from None
+        return raw[:n], start, end
+    return extract_session_key(_as_bytes("raw", raw))
 
 
 def session_lower_range_fixed(key: bytes, time_from: int) -> bytes:
@@ -123,37 +141,81 @@ def session_lower_range(key: bytes, time_from: int) -> bytes:
 def session_upper_range(key: bytes, time_to: int) -> bytes:
     """``upperRange(key, L(MAX) || L(to))``: upper bound of a key-range session search."""
     return ordered_upper_range(
-        _as_bytes("key", key), _QQ.pack(LONG_MAX, _check_long("time_to", time_to))
+        _as_bytes("key", key), _pack_qq(LONG_MAX, _check_long("time_to", time_to))
     )
 
 
 def time_windowed_key(key: bytes, start: int) -> bytes:
     """``TimeWindowedSerializer``: ``[key][L(start)]`` (no end, no sequence number)."""
     try:
-        return key + _Q.pack(start)
+        return key + _pack_q(start)
     except (TypeError, struct.error):
-        _as_bytes("key", key)
-        _check_long("start", start)
-        return _as_bytes("key", key) + _Q.pack(start)
+        pass
+    return _as_bytes("key", key) + _pack_q(_check_long("start", start))
 
 
 def parse_time_windowed_key(raw: bytes) -> tuple[bytes, int]:
     """``TimeWindowedDeserializer``: ``(key, start)`` of ``[key][L(start)]``."""
-    if type(raw) is not bytes:
-        raw = _as_bytes("raw", raw)
-    if len(raw) < 8:
-        raise _fail(-1, "time-windowed key")
-    return raw[:-8], _Q.unpack_from(raw, len(raw) - 8)[0]
+    if type(raw) is bytes:
+        n = len(raw) - 8
+        try:
+            return raw[:n], _unpack_q(raw, n)[0]
+        except struct.error:
+            raise _fail(-1, "time-windowed key") from None
+    return parse_time_windowed_key(_as_bytes("raw", raw))
+
+
+#: Ints up to this bound are one 30-bit digit inside CPython, and comparing two of them is a
+#: fast path of the interpreter; larger segment ids and intervals take the general checks.
+_SMALL = (1 << 30) - 1
 
 
 def segment_id(timestamp: int, interval: int) -> int:
-    """``timestamp / interval`` with Java's truncation toward zero.
+    """``timestamp / interval`` with Java's truncation toward zero. O(1).
+
+    To compute many segment ids for one interval, resolve it once with
+    :func:`segment_id_function`.
 
     >>> segment_id(-1, 60000), segment_id(60000, 60000)
     (0, 1)
     """
+    if type(timestamp) is int and type(interval) is int and 0 < interval < _SMALL:
+        sid = timestamp // interval
+        # 0 <= sid < 2**30 and interval < 2**30, so 0 <= timestamp < 2**60: a valid long
+        if 0 <= sid < _SMALL:
+            return sid
+    return _segment_id_checked(timestamp, _check_interval(interval))
+
+
+def _check_interval(interval: object) -> int:
     if type(interval) is not int or not 1 <= interval <= LONG_MAX:
         raise InvalidArgumentError(f"segment interval must be an int >= 1, got {interval!r}")
-    if type(timestamp) is not int or not -(2**63) <= timestamp <= 2**63 - 1:
-        _check_long("timestamp", timestamp)  # raises the typed error
+    return interval
+
+
+def _segment_id_checked(timestamp: int, interval: int) -> int:
+    timestamp = _check_long("timestamp", timestamp)
     return timestamp // interval if timestamp >= 0 else -(-timestamp // interval)
+
+
+def segment_id_function(interval: int) -> Callable[[int], int]:
+    """:func:`segment_id` for one ``interval``, as a function of the timestamp (Kafka's
+    ``Segments.segmentId``). The interval is checked once, here; each call checks its
+    timestamp and costs O(1).
+
+    >>> segment_of = segment_id_function(60000)
+    >>> segment_of(-1), segment_of(60000), segment_of(119999)
+    (0, 1, 1)
+    """
+    interval = _check_interval(interval)
+    # sid < small gives timestamp < (sid + 1) * interval <= LONG_MAX + 1: a valid long
+    small = min(_SMALL, (LONG_MAX + 1) // interval)
+
+    def segment_of(timestamp: int) -> int:
+        if type(timestamp) is int:
+            sid = timestamp // interval
+            if 0 <= sid < small:
+                return sid
+        return _segment_id_checked(timestamp, interval)
+
+    return segment_of

@@ -3,6 +3,14 @@
 These are the single-item paths: for one short item Python's ``bytes`` concatenation and
 ``struct`` beat a cffi call (``perf/bench_codecs.py`` shows both). The batch forms are in
 :mod:`txstore.codecs._native`.
+
+Every function checks its input, at no cost when the input is good: the work is done inside
+``try`` by operations that already reject bad input (``struct`` a non-int or out-of-range
+number, indexing a short buffer, ``bytes + x`` a non-bytes ``x``) and their errors are turned
+into :class:`~txstore.errors.SerializationError` or :class:`~txstore.errors.InvalidTypeError`.
+Anything unusual (multi-byte lengths, malformed input) takes a slower, fully checked path.
+Conversions between value formats are resolved once per (source, target) pair by
+:func:`value_converter`: the stores call the returned function for each value.
 """
 
 from __future__ import annotations
@@ -12,21 +20,32 @@ from collections.abc import Callable, Iterable
 
 from txstore.codecs._common import (
     _HEADERS,
-    _L_MINUS_ONE,
     _PLAIN,
     _PLAIN_HEADERS,
-    _Q,
     _TIMESTAMPED,
-    INT_MAX,
     ValueFormat,
     _as_bytes,
     _check_int,
     _check_long,
     _fail,
     _format,
+    _pack_q,
+    _unpack_q,
 )
 from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
-from txstore.types import Headers
+from txstore.types import EMPTY_HEADERS, Headers
+
+#: A value conversion between two formats, as returned by :func:`value_converter`.
+ValueConverter = Callable[[bytes | None], bytes | None]
+
+#: ``_ONE_BYTE[u]`` is the byte ``u`` (< 0x80): a one-byte varint.
+_ONE_BYTE = [bytes((u,)) for u in range(128)]
+
+#: ``_LEN[n]`` is the zig-zag varint of a length ``n`` < 64 (one byte, ``2 * n``).
+_LEN = _ONE_BYTE[0::2]
+
+_new_object = object.__new__
+_join = b"".join  # one copy of each part; ``a + b + c`` copies the front parts again
 
 
 def encode_unsigned_varint(value: int) -> bytes:
@@ -52,37 +71,45 @@ def _check_int_or_uint(value: object) -> int:
     return value
 
 
-_SMALL_VARINTS = [bytes([((v << 1) ^ (v >> 31)) & 0xFF]) for v in range(-64, 64)]
-
-
 def encode_varint(value: int) -> bytes:
     """Kafka's zig-zag ``writeVarint`` of a 32-bit signed int. O(1).
 
     >>> encode_varint(300).hex()
     'd804'
     """
-    if type(value) is int and -64 <= value < 64:
-        return _SMALL_VARINTS[value + 64]
-    if type(value) is not int or not -(2**31) <= value <= INT_MAX:
-        _check_int("varint value", value)  # raises the typed error
-    u = ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF
-    if u < 0x4000:
-        return bytes((u & 0x7F | 0x80, u >> 7))
-    out = bytearray()
-    while u & ~0x7F:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
+    if type(value) is int:
+        # Zig-zag without the 32-bit mask: for an int in range u is in [0, 2**32); for any
+        # other int it is >= 2**32, so the size tests below are also the range check.
+        u = (value << 1) ^ (value >> 31)
+        if u < 0x80:
+            return _ONE_BYTE[u]
+        if u < 0x4000:
+            return bytes((u & 0x7F | 0x80, u >> 7))
+        if u <= 0xFFFFFFFF:
+            out = bytearray()
+            while u > 0x7F:
+                out.append(u & 0x7F | 0x80)
+                u >>= 7
+            out.append(u)
+            return bytes(out)
+    _check_int("varint value", value)  # raises the typed error
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def decode_unsigned_varint(buf: bytes, offset: int = 0) -> tuple[int, int]:
-    """Read an unsigned varint at ``offset``; return ``(value, next_offset)``.
+    """Read an unsigned varint at ``offset``; return ``(value, next_offset)``. O(1).
 
     The value is returned as Java's ``int`` would hold it (so ``ff ff ff ff 0f`` is -1).
+
+    >>> decode_unsigned_varint(bytes.fromhex("ffffffff0f"))
+    (-1, 5)
     """
     if type(buf) is not bytes:
         buf = _as_bytes("buf", buf)
+    if type(offset) is not int:
+        raise InvalidTypeError(f"offset must be an int, got {type(offset).__name__}")
+    if offset < 0:
+        raise InvalidArgumentError(f"offset must not be negative, got {offset}")
     u = 0
     shift = 0
     n = len(buf)
@@ -106,19 +133,22 @@ def decode_varint(buf: bytes, offset: int = 0) -> tuple[int, int]:
     """
     try:
         b = buf[offset]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), offset + 1
+        if offset >= 0:  # two and three bytes, inlined
+            c = buf[offset + 1]
+            if c < 0x80:
+                u = b & 0x7F | c << 7
+                return (u >> 1) ^ -(u & 1), offset + 2
+            d = buf[offset + 2]
+            if d < 0x80:
+                u = b & 0x7F | (c & 0x7F) << 7 | d << 14
+                return (u >> 1) ^ -(u & 1), offset + 3
     except IndexError:
         raise SerializationError("cannot decode varint: input is truncated") from None
     except TypeError:
         raise InvalidTypeError(f"buf must be bytes, got {type(buf).__name__}") from None
-    try:
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), offset + 1
-    except TypeError:
-        raise InvalidTypeError(f"buf must be bytes, got {type(buf).__name__}") from None
-    if type(buf) is bytes and 0 <= offset < len(buf) - 1 and buf[offset + 1] < 0x80:
-        u = (b & 0x7F) | (buf[offset + 1] << 7)  # two bytes, inlined
-        return (u >> 1) ^ -(u & 1), offset + 2
-    u, nxt = decode_unsigned_varint(buf, offset)
+    u, nxt = decode_unsigned_varint(buf, offset)  # four or five bytes, or a bad offset
     u &= 0xFFFFFFFF
     return (u >> 1) ^ -(u & 1), nxt
 
@@ -133,78 +163,95 @@ def encode_headers(headers: Headers | Iterable[tuple[str, bytes | None]] | None)
     >>> encode_headers(None)
     b''
     """
-    if not headers:
+    if type(headers) is not Headers:
+        if not headers:
+            return b""
+        headers = Headers.of(headers)  # checks every pair
+    items = headers._items  # valid (key, value) pairs: the constructor checked them
+    n = len(items)
+    if not n:
         return b""
-    hs = headers if isinstance(headers, Headers) else Headers(headers)
-    if not hs:
-        return b""
-    small = _SMALL_VARINTS  # lengths below 64: one varint byte, inlined
-    n = len(hs)
-    out = [small[n + 64] if n < 64 else encode_varint(n)]
+    out = [_LEN[n] if n < 64 else encode_varint(n)]
     append = out.append
-    for key, value in hs:
-        try:
-            kb = key.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InvalidArgumentError(f"header key {key!r} cannot be encoded as UTF-8") from e
-        n = len(kb)
-        append(small[n + 64] if n < 64 else encode_varint(n))
-        append(kb)
-        if value is None:
-            append(b"\x01")
-        else:
-            n = len(value)
-            append(small[n + 64] if n < 64 else encode_varint(n))
-            append(value)
+    try:
+        for key, value in items:
+            kb = key.encode()
+            n = len(kb)
+            append(_LEN[n] if n < 64 else encode_varint(n))
+            append(kb)
+            if value is None:
+                append(b"\x01")
+            else:
+                n = len(value)
+                append(_LEN[n] if n < 64 else encode_varint(n))
+                append(value)
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"header key {e.object!r} cannot be encoded as UTF-8") from e
     return b"".join(out)
 
 
 def decode_headers(buf: bytes) -> Headers:
-    """Parse serialized headers; accepts zero bytes and an explicit count of 0.
+    """Parse serialized headers; accepts zero bytes and an explicit count of 0. O(len(buf)).
 
     >>> decode_headers(bytes.fromhex("0402610104626304 0102".replace(" ", "")))
     Headers([('a', None), ('bc', b'\\x01\\x02')])
     """
+    if type(buf) is not bytes:
+        if buf is None:
+            return EMPTY_HEADERS
+        buf = _as_bytes("buf", buf)
     if not buf:
-        if buf is None or isinstance(buf, (bytes, bytearray, memoryview)):
-            return Headers()
-        raise InvalidTypeError(f"buf must be bytes, got {type(buf).__name__}")
-    buf = _as_bytes("buf", buf)
-    count, pos = decode_varint(buf, 0)
-    n = len(buf)
-    if count < 0:
-        raise SerializationError("cannot decode headers: negative header count")
-    if count * 2 > n - pos:
-        raise SerializationError("cannot decode headers: length runs past the end of the input")
+        return EMPTY_HEADERS
+    # Lengths below 64 are one varint byte b with b & 0x81 == 0 (no continuation bit, not
+    # negative), and the length is b >> 1; anything else goes through decode_varint. A length
+    # past the end needs no test of its own: the next index raises IndexError, and after the
+    # last header ``pos`` must be exactly the end.
     items: list[tuple[str, bytes | None]] = []
-    for _ in range(count):
-        if pos < n and buf[pos] < 0x80:  # one-byte varint, inlined
-            klen = (buf[pos] >> 1) ^ -(buf[pos] & 1)
-            pos += 1
+    append = items.append
+    try:
+        b = buf[0]
+        if b & 0x81:
+            count, pos = decode_varint(buf, 0)
+            if count < 0:
+                raise _fail(-3, "headers")
         else:
-            klen, pos = decode_varint(buf, pos)
-        if klen < 0 or pos + klen > n:
-            raise _fail(-3 if klen < 0 else -4, "headers")
-        try:
-            key = buf[pos : pos + klen].decode("utf-8")
-        except UnicodeDecodeError:
-            raise _fail(-6, "headers") from None
-        pos += klen
-        if pos < n and buf[pos] < 0x80:
-            vlen = (buf[pos] >> 1) ^ -(buf[pos] & 1)
-            pos += 1
-        else:
-            vlen, pos = decode_varint(buf, pos)
-        if vlen == -1:
-            items.append((key, None))
-            continue
-        if vlen < 0 or pos + vlen > n:
-            raise _fail(-3 if vlen < 0 else -4, "headers")
-        items.append((key, buf[pos : pos + vlen]))
-        pos += vlen
-    if pos != n:
-        raise _fail(-7, "headers")
-    return Headers(items)
+            count, pos = b >> 1, 1
+        for _ in range(count):
+            b = buf[pos]
+            if b & 0x81:
+                klen, pos = decode_varint(buf, pos)
+                if klen < 0:
+                    raise _fail(-3, "headers")
+                end = pos + klen
+            else:
+                pos += 1
+                end = pos + (b >> 1)
+            key = buf[pos:end].decode()
+            b = buf[end]
+            if not b & 0x81:
+                pos = end + 1 + (b >> 1)
+                append((key, buf[end + 1 : pos]))
+            elif b == 1:  # varint -1: a null value
+                pos = end + 1
+                append((key, None))
+            else:
+                vlen, pos = decode_varint(buf, end)
+                if vlen < -1:
+                    raise _fail(-3, "headers")
+                if vlen == -1:
+                    append((key, None))
+                else:
+                    append((key, buf[pos : pos + vlen]))
+                    pos += vlen
+    except IndexError:
+        raise _fail(-4, "headers") from None
+    except UnicodeDecodeError:
+        raise _fail(-6, "headers") from None
+    if pos != len(buf):
+        raise _fail(-4 if pos > len(buf) else -7, "headers")
+    headers = _new_object(Headers)  # Headers._trusted, inlined: the pairs are valid
+    headers._items = items
+    return headers
 
 
 def pack_value(fmt: ValueFormat, value: bytes, timestamp: int = -1, headers: bytes = b"") -> bytes:
@@ -217,26 +264,35 @@ def pack_value(fmt: ValueFormat, value: bytes, timestamp: int = -1, headers: byt
     '00000000000000006476'
     """
     try:
-        if fmt is _HEADERS:  # the longest layout first, by identity (no comparison chain)
+        if fmt is _HEADERS:  # by identity: no comparison chain
+            n = len(headers)  # a size below 64 is one varint byte, inlined
+            hsize = _LEN[n] if n < 64 else encode_varint(n)
+            return _join((hsize, headers, _pack_q(timestamp), value))  # join checks the types
+        if fmt is _TIMESTAMPED:
+            return _pack_q(timestamp) + value
+        if fmt is _PLAIN and type(value) is bytes:
+            return value
+        if fmt is _PLAIN_HEADERS:
             n = len(headers)
-            hsize = _SMALL_VARINTS[n + 64] if n < 64 else encode_varint(n)
-            return hsize + headers + _Q.pack(timestamp) + value
-        if fmt == _PLAIN:
-            return _as_bytes("value", value)
-        if fmt == _TIMESTAMPED:
-            return _Q.pack(timestamp) + value
-        if fmt == _HEADERS:
-            n = len(headers)
-            hsize = _SMALL_VARINTS[n + 64] if n < 64 else encode_varint(n)
-            return hsize + headers + _Q.pack(timestamp) + value
-        if fmt == _PLAIN_HEADERS:
-            return encode_varint(len(headers)) + headers + value
+            hsize = _LEN[n] if n < 64 else encode_varint(n)
+            return _join((hsize, headers, value))
     except (TypeError, struct.error):
-        _as_bytes("value", value)
-        _as_bytes("headers", headers)
-        _check_long("timestamp", timestamp)
-        raise
-    raise InvalidArgumentError(f"unknown value format {fmt!r}")
+        pass
+    return _pack_value_checked(_format(fmt), value, timestamp, headers)
+
+
+def _pack_value_checked(fmt: ValueFormat, value: bytes, timestamp: int, headers: bytes) -> bytes:
+    value = _as_bytes("value", value)
+    if fmt == _PLAIN:
+        return value
+    timestamp = _check_long("timestamp", timestamp)
+    if fmt == _TIMESTAMPED:
+        return _pack_q(timestamp) + value
+    headers = _as_bytes("headers", headers)
+    hsize = encode_varint(len(headers))
+    if fmt == _HEADERS:
+        return hsize + headers + _pack_q(timestamp) + value
+    return hsize + headers + value
 
 
 def split_value(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | None, bytes]:
@@ -245,24 +301,43 @@ def split_value(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | None, bytes]
     >>> split_value(ValueFormat.TIMESTAMPED, bytes.fromhex("00000000000003e8") + b"val")
     (b'val', 1000, b'')
     """
-    if fmt is _HEADERS and type(raw) is bytes and raw and not raw[0] & 0x81:
-        end = (raw[0] >> 1) + 1  # a one-byte headers size (< 64 bytes of headers), inlined
-        if len(raw) >= end + 8:
-            return raw[end + 8 :], _Q.unpack_from(raw, end)[0], raw[1:end]
+    try:
+        if fmt is _HEADERS:
+            b = raw[0]
+            if type(raw) is bytes:
+                # unpack_from fails if the timestamp is cut short (or end is past the end)
+                if not b & 0x81:  # a one-byte headers size (< 64 bytes)
+                    end = (b >> 1) + 1
+                    return raw[end + 8 :], _unpack_q(raw, end)[0], raw[1:end]
+                end = _headers_end(raw)
+                return raw[end + 8 :], _unpack_q(raw, end)[0], raw[2:end]
+        elif fmt is _TIMESTAMPED:
+            if type(raw) is bytes:
+                return raw[8:], _unpack_q(raw)[0], b""
+        elif fmt is _PLAIN_HEADERS:
+            b = raw[0]
+            if not b & 0x81 and type(raw) is bytes:
+                end = (b >> 1) + 1
+                if len(raw) >= end:
+                    return raw[end:], None, raw[1:end]
+        elif fmt is _PLAIN and type(raw) is bytes:
+            return raw, None, b""
+    except (IndexError, TypeError, struct.error):
+        pass
+    return _split_value_checked(_format(fmt), raw)
+
+
+def _split_value_checked(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | None, bytes]:
+    raw = _as_bytes("raw", raw)
     if fmt == _PLAIN:
-        return _as_bytes("raw", raw), None, b""
-    if type(raw) is not bytes:
-        raw = _as_bytes("raw", raw)
+        return raw, None, b""
     if fmt == _TIMESTAMPED:
         if len(raw) < 8:
             raise _fail(-1, "timestamped value")
-        return raw[8:], _Q.unpack_from(raw)[0], b""
-    if fmt not in (_HEADERS, _PLAIN_HEADERS):
-        raise InvalidArgumentError(f"unknown value format {fmt!r}")
-    if raw and raw[0] < 0x80:  # one-byte varint, inlined
-        hsize, pos = (raw[0] >> 1) ^ -(raw[0] & 1), 1
-    else:
-        hsize, pos = decode_varint(raw, 0)
+        return raw[8:], _unpack_q(raw)[0], b""
+    if not raw:
+        raise _fail(-1, "value headers")
+    hsize, pos = decode_varint(raw, 0)
     if hsize < 0:
         raise _fail(-3, "value headers")
     end = pos + hsize
@@ -273,76 +348,292 @@ def split_value(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | None, bytes]
         return raw[end:], None, headers
     if len(raw) - end < 8:
         raise _fail(-1, "value timestamp")
-    return raw[end + 8 :], _Q.unpack_from(raw, end)[0], headers
+    return raw[end + 8 :], _unpack_q(raw, end)[0], headers
+
+
+def _headers_end(raw: bytes) -> int:
+    """Where ``[varint hsize][headers]`` ends in ``raw`` for a two-byte headers size (64 to
+    8191 bytes of headers); for any other start, a position past the end of ``raw``."""
+    if len(raw) > 1:
+        b, c = raw[0], raw[1]
+        if b & 0x80 and c < 0x80:
+            u = b & 0x7F | c << 7
+            if not u & 1:  # not negative
+                return (u >> 1) + 2
+    return len(raw) + 1
+
+
+def value_converter(src: ValueFormat, dst: ValueFormat) -> ValueConverter:
+    """The conversion of stored values from ``src`` to ``dst``, as one function of the value.
+
+    Resolve it once (a store does so when it is opened) and call it for each value: it does
+    what :func:`convert_value` does without looking up the formats on every call. O(1) to
+    resolve; each call is O(len(raw)), with the same checks and errors as
+    :func:`convert_value`. ``None`` stays ``None``.
+
+    >>> to_headers = value_converter(ValueFormat.PLAIN, ValueFormat.HEADERS)
+    >>> to_headers(b"v").hex(), to_headers(None)
+    ('00ffffffffffffffff76', None)
+    """
+    return _CONVERTERS[_format(src)][_format(dst)]
 
 
 def convert_value(raw: bytes | None, src: ValueFormat, dst: ValueFormat) -> bytes | None:
     """Convert a stored value between formats (adapters and lazy upgrades). O(n).
 
     A missing timestamp becomes -1 and missing headers become empty headers; fields the
-    target has no room for are dropped. ``None`` stays ``None``.
+    target has no room for are dropped. ``None`` stays ``None``. To convert many values
+    between the same two formats, resolve the conversion once with :func:`value_converter`.
 
     >>> convert_value(b"v", ValueFormat.PLAIN, ValueFormat.HEADERS).hex()
     '00ffffffffffffffff76'
     """
+    try:
+        convert = _CONVERTERS[src][dst]
+    except (KeyError, TypeError):  # not a format: value_converter reports it
+        convert = value_converter(src, dst)
+    return convert(raw)
+
+
+# The sixteen conversions, one function each (value_converter hands them out). Each handles
+# well-formed input inline and returns byte-for-byte what split_value + pack_value return;
+# anything else (other types, truncated or malformed values, headers sizes of three bytes or
+# more) goes to _checked, which does exactly that, so errors are those of split_value and
+# pack_value. Constants are literals, not closure cells: LOAD_CONST is the cheapest load.
+#
+# From a format with headers, b = raw[0] starts the headers size varint: when b & 0x81 == 0
+# the size is b >> 1, else _headers_end reads a two-byte size; raw[:end] is then
+# [varint hsize][headers]. One length test covers a cut-off value (and an invalid size, for
+# which _headers_end returns a position past the end), and a bytes type test keeps bytearray
+# and memoryview, whose slices are not bytes, on the checked path.
+
+
+def _checked(raw: bytes, src: ValueFormat, dst: ValueFormat) -> bytes:
+    value, ts, headers = _split_value_checked(src, raw)
+    return _pack_value_checked(dst, value, -1 if ts is None else ts, headers)
+
+
+def _plain_to_plain(raw: bytes | None) -> bytes | None:
+    if raw is None:
+        return None
+    try:
+        return b"" + raw  # raw itself for bytes, a copy for other bytes-like types
+    except TypeError:
+        return _checked(raw, _PLAIN, _PLAIN)  # raises the typed error
+
+
+def _plain_to_timestamped(raw: bytes | None) -> bytes | None:
+    if raw is None:
+        return None
+    try:
+        return b"\xff\xff\xff\xff\xff\xff\xff\xff" + raw
+    except TypeError:
+        return _checked(raw, _PLAIN, _TIMESTAMPED)
+
+
+def _plain_to_headers(raw: bytes | None) -> bytes | None:
+    if raw is None:
+        return None
+    try:
+        return b"\x00\xff\xff\xff\xff\xff\xff\xff\xff" + raw
+    except TypeError:
+        return _checked(raw, _PLAIN, _HEADERS)
+
+
+def _plain_to_plain_headers(raw: bytes | None) -> bytes | None:
+    if raw is None:
+        return None
+    try:
+        return b"\x00" + raw
+    except TypeError:
+        return _checked(raw, _PLAIN, _PLAIN_HEADERS)
+
+
+def _timestamped_to_plain(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        if len(raw) >= 8:
+            return raw[8:]
+    elif raw is None:
+        return None
+    return _checked(raw, _TIMESTAMPED, _PLAIN)
+
+
+def _timestamped_to_timestamped(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        if len(raw) >= 8:
+            return raw
+    elif raw is None:
+        return None
+    return _checked(raw, _TIMESTAMPED, _TIMESTAMPED)
+
+
+def _timestamped_to_headers(raw: bytes | None) -> bytes | None:
+    if raw is None:
+        return None
+    try:
+        if len(raw) >= 8:
+            return b"\x00" + raw
+    except TypeError:
+        pass
+    return _checked(raw, _TIMESTAMPED, _HEADERS)
+
+
+def _timestamped_to_plain_headers(raw: bytes | None) -> bytes | None:
+    if raw is None:
+        return None
+    try:
+        if len(raw) >= 8:
+            return b"\x00" + raw[8:]
+    except TypeError:
+        pass
+    return _checked(raw, _TIMESTAMPED, _PLAIN_HEADERS)
+
+
+def _headers_to_plain(raw: bytes | None) -> bytes | None:
     if type(raw) is bytes:
         try:
-            fast = _FAST_CONVERSIONS[src][dst]
-        except (KeyError, TypeError):  # not a format: the checked path below reports it
-            fast = None
-        if fast is not None and (out := fast(raw)) is not None:
-            return out
-    if raw is None:
-        _format(src)
-        _format(dst)
+            b = raw[0]
+            start = (b >> 1) + 9 if not b & 0x81 else _headers_end(raw) + 8
+            if len(raw) >= start:
+                return raw[start:]
+        except IndexError:
+            pass
+    elif raw is None:
         return None
-    value, ts, headers = split_value(src, raw)
-    return pack_value(dst, value, -1 if ts is None else ts, headers)
+    return _checked(raw, _HEADERS, _PLAIN)
 
 
-def _fast_conversion(src: ValueFormat, dst: ValueFormat) -> Callable[[bytes], bytes | None]:
-    """:func:`convert_value` from ``src`` to ``dst`` as one specialised function, for
-    well-formed values whose headers section has a one-byte size (< 64 bytes of headers).
-
-    It returns byte-for-byte what ``split_value`` + ``pack_value`` return, without parsing the
-    headers; for any other input (truncated, malformed, larger headers) it returns ``None`` and
-    :func:`convert_value` takes the checked path, so errors are unchanged.
-    """
-    t = 8 if src.has_timestamp else 0
-    keep_h, keep_t = dst.has_headers, dst.has_timestamp
-    if not src.has_headers:  # PLAIN or TIMESTAMPED: add a constant prefix, maybe drop the ts
-        prefix = (b"\x00" if keep_h else b"") + (_L_MINUS_ONE if keep_t and not t else b"")
-        if not t:
-            return lambda raw: prefix + raw
-        if keep_t:
-            return lambda raw: prefix + raw if len(raw) >= 8 else None
-        return lambda raw: prefix + raw[8:] if len(raw) >= 8 else None
-
-    def from_headers(raw: bytes) -> bytes | None:
-        if not raw or raw[0] & 0x81:  # empty, or a multi-byte or negative headers size
-            return None
-        end = (raw[0] >> 1) + 1  # raw[:end] is [varint hsize][headers]
-        if len(raw) < end + t:
-            return None
-        if keep_h:
-            if keep_t:
-                return raw if t else raw[:end] + _L_MINUS_ONE + raw[end:]
-            return raw[:end] + raw[end + 8 :] if t else raw
-        if keep_t:
-            return raw[end:] if t else _L_MINUS_ONE + raw[end:]
-        return raw[end + t :]
-
-    return from_headers
+def _headers_to_timestamped(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        try:
+            b = raw[0]
+            start = (b >> 1) + 1 if not b & 0x81 else _headers_end(raw)
+            if len(raw) >= start + 8:
+                return raw[start:]
+        except IndexError:
+            pass
+    elif raw is None:
+        return None
+    return _checked(raw, _HEADERS, _TIMESTAMPED)
 
 
-_FAST_CONVERSIONS = {s: {d: _fast_conversion(s, d) for d in ValueFormat} for s in ValueFormat}
+def _headers_to_headers(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        try:
+            b = raw[0]
+            end = (b >> 1) + 1 if not b & 0x81 else _headers_end(raw)
+            if len(raw) >= end + 8:
+                return raw
+        except IndexError:
+            pass
+    elif raw is None:
+        return None
+    return _checked(raw, _HEADERS, _HEADERS)
+
+
+def _headers_to_plain_headers(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        try:
+            b = raw[0]
+            end = (b >> 1) + 1 if not b & 0x81 else _headers_end(raw)
+            if len(raw) >= end + 8:
+                return raw[:end] + raw[end + 8 :]
+        except IndexError:
+            pass
+    elif raw is None:
+        return None
+    return _checked(raw, _HEADERS, _PLAIN_HEADERS)
+
+
+def _plain_headers_to_plain(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        try:
+            b = raw[0]
+            start = (b >> 1) + 1 if not b & 0x81 else _headers_end(raw)
+            if len(raw) >= start:
+                return raw[start:]
+        except IndexError:
+            pass
+    elif raw is None:
+        return None
+    return _checked(raw, _PLAIN_HEADERS, _PLAIN)
+
+
+def _plain_headers_to_timestamped(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        try:
+            b = raw[0]
+            start = (b >> 1) + 1 if not b & 0x81 else _headers_end(raw)
+            if len(raw) >= start:
+                return b"\xff\xff\xff\xff\xff\xff\xff\xff" + raw[start:]
+        except IndexError:
+            pass
+    elif raw is None:
+        return None
+    return _checked(raw, _PLAIN_HEADERS, _TIMESTAMPED)
+
+
+def _plain_headers_to_headers(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        try:
+            b = raw[0]
+            end = (b >> 1) + 1 if not b & 0x81 else _headers_end(raw)
+            if len(raw) >= end:
+                return raw[:end] + b"\xff\xff\xff\xff\xff\xff\xff\xff" + raw[end:]
+        except IndexError:
+            pass
+    elif raw is None:
+        return None
+    return _checked(raw, _PLAIN_HEADERS, _HEADERS)
+
+
+def _plain_headers_to_plain_headers(raw: bytes | None) -> bytes | None:
+    if type(raw) is bytes:
+        try:
+            b = raw[0]
+            end = (b >> 1) + 1 if not b & 0x81 else _headers_end(raw)
+            if len(raw) >= end:
+                return raw
+        except IndexError:
+            pass
+    elif raw is None:
+        return None
+    return _checked(raw, _PLAIN_HEADERS, _PLAIN_HEADERS)
+
+
+_CONVERTERS: dict[ValueFormat, dict[ValueFormat, ValueConverter]] = {
+    _PLAIN: {
+        _PLAIN: _plain_to_plain,
+        _TIMESTAMPED: _plain_to_timestamped,
+        _HEADERS: _plain_to_headers,
+        _PLAIN_HEADERS: _plain_to_plain_headers,
+    },
+    _TIMESTAMPED: {
+        _PLAIN: _timestamped_to_plain,
+        _TIMESTAMPED: _timestamped_to_timestamped,
+        _HEADERS: _timestamped_to_headers,
+        _PLAIN_HEADERS: _timestamped_to_plain_headers,
+    },
+    _HEADERS: {
+        _PLAIN: _headers_to_plain,
+        _TIMESTAMPED: _headers_to_timestamped,
+        _HEADERS: _headers_to_headers,
+        _PLAIN_HEADERS: _headers_to_plain_headers,
+    },
+    _PLAIN_HEADERS: {
+        _PLAIN: _plain_headers_to_plain,
+        _TIMESTAMPED: _plain_headers_to_timestamped,
+        _HEADERS: _plain_headers_to_headers,
+        _PLAIN_HEADERS: _plain_headers_to_plain_headers,
+    },
+}
 
 
 def record_to_value(
     fmt: ValueFormat, value: bytes | None, timestamp: int, headers: bytes
 ) -> bytes | None:
     """Record converter: a changelog record (plain value, record timestamp, serialized record
-    headers) to the stored value of ``fmt``. A ``None`` value stays ``None`` (a delete).
+    headers) to the stored value of ``fmt``. A ``None`` value stays ``None`` (a delete). O(n).
 
     >>> record_to_value(ValueFormat.TIMESTAMPED, b"val", 1000, b"").hex()
     '00000000000003e876616c'
@@ -352,8 +643,8 @@ def record_to_value(
     if fmt is _HEADERS:  # pack_value's HEADERS path, inlined
         try:
             n = len(headers)
-            hsize = _SMALL_VARINTS[n + 64] if n < 64 else encode_varint(n)
-            return hsize + headers + _Q.pack(timestamp) + value
+            hsize = _LEN[n] if n < 64 else encode_varint(n)
+            return _join((hsize, headers, _pack_q(timestamp), value))
         except (TypeError, struct.error):
-            return pack_value(fmt, value, timestamp, headers)  # raises the typed error
+            pass
     return pack_value(fmt, value, timestamp, headers)
