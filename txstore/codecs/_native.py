@@ -17,6 +17,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import Any, cast
 
 import txstore._codecs as _codecs
@@ -68,13 +69,23 @@ _S_CODES = [f"{n}s" for n in range(1024)]
 def _cut(data: Any, lens: list[int], trim: int = 0) -> list[bytes]:
     """Cut the buffer ``data`` into consecutive items of ``lens`` bytes (all >= ``trim``),
     dropping the last ``trim`` bytes of each. One uncached ``struct`` format builds every item
-    in C: about twice as fast as slicing in a comprehension."""
+    in C: about twice as fast as slicing in a comprehension.
+
+    Per item of 100 bytes: ~12 ns to make the ``bytes`` object, ~9 to compile its format code
+    and ~12 to look the code up. The tests avoid comparing lengths one by one (``max`` or
+    ``count`` over unequal ints cost ~8 ns per item): the first and last lengths are compared
+    before counting, and a length without a code fails the lookup.
+    """
     n = len(lens)
-    if n and lens.count(lens[0]) == n:
+    if not n:
+        return []
+    if lens[0] == lens[-1] and lens.count(lens[0]) == n:  # count: equal small ints are one object
         code = f"{lens[0] - trim}s{trim}x" if trim else f"{lens[0]}s"
         return list(struct.Struct(code * n).unpack(data))
-    if not trim and max(lens, default=0) < len(_S_CODES):
-        return list(struct.Struct("".join(map(_S_CODES.__getitem__, lens))).unpack(data))
+    if not trim:
+        with suppress(IndexError):  # an item of 1024 bytes or more: slice below
+            codes = itemgetter(*lens)(_S_CODES)
+            return list(struct.Struct("".join(codes) if n > 1 else codes).unpack(data))
     data = bytes(data)
     ends = list(accumulate(lens))
     return [data[e - m : e - trim] for e, m in zip(ends, lens, strict=True)]
