@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(f"elapsed {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
     print(f"figure: spark_read_vs_parquet = {med['txstore live'] / base:.2f} x")
-    print(f"figure: spark_rows_per_s = {args.rows / med['txstore live']:,.0f} rows/s")
+    print(f"figure: spark_rows_per_s = {args.rows / med['txstore live']:.0f} rows/s")
     return 0
 
 

@@ -37,6 +37,7 @@ BEGIN = "<!-- figures:begin (perf/report.py writes this table) -->"
 END = "<!-- figures:end -->"
 
 FIGURE = re.compile(r"^figure: ([a-z0-9_]+) = (-?[0-9.]+)(?: (.+?))?\s*$")
+ANY_FIGURE = re.compile(r"^figure:")
 RUN = re.compile(r"^# run: (.+)$")
 
 
@@ -109,12 +110,16 @@ def parse(path: Path) -> list[Figure]:
     """The figures of one saved output; the last line of a name wins (a rerun appended)."""
     run = ""
     found: dict[str, Figure] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if m := RUN.match(line):
             run = m.group(1)
         elif m := FIGURE.match(line):
             name, value, unit = m.group(1), float(m.group(2)), m.group(3) or ""
             found[name] = Figure(path.stem, name, value, unit, run)
+        elif ANY_FIGURE.match(line):
+            # a figure a benchmark printed but this page cannot read (a "1,234" value, a
+            # "not measured" note) must not drop out of the table unseen
+            raise ReportError(f"{path}:{number}: unreadable figure line: {line!r}")
     if not found:
         raise ReportError(f"{path}: no 'figure: <name> = <value> <unit>' line")
     return list(found.values())

@@ -79,6 +79,14 @@ def test_output_without_figures_is_an_error(tmp_path: Path) -> None:
         report.collect(tmp_path / "empty")
 
 
+def test_unreadable_figure_line_is_an_error_not_a_gap(tmp_path: Path) -> None:
+    # "1,455,628" and "not measured" would otherwise vanish from the table without a word
+    for bad in ("figure: spark_rows_per_s = 1,455,628 rows/s", "figure: x_at_1m = not measured"):
+        results = _results(tmp_path, OUTPUT + bad + "\n")
+        with pytest.raises(report.ReportError, match=r"kv\.txt:\d+: unreadable figure line"):
+            report.collect(results)
+
+
 def test_page_without_markers_is_an_error() -> None:
     with pytest.raises(report.ReportError, match="markers"):
         report.splice("# Performance\nno table\n", "| t |")
