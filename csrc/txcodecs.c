@@ -512,3 +512,88 @@ int64_t txc_partitions_batch(const uint8_t *keys, const int64_t *klens, size_t n
     }
     return (int64_t)n;
 }
+
+/* ------------------------------------------------------------------ columns */
+
+/* A column item: its length must be >= 0 (columns hold no nulls) and the column's data must
+ * stay below 2^31 bytes (Arrow's int32 offsets). */
+static int column_item_ok(int64_t len, size_t total) {
+    return len >= 0 && (uint64_t)len <= (uint64_t)INT32_MAX - total;
+}
+
+int64_t txc_split_columns(int fmt, const uint8_t *data, const int64_t *lens, size_t n,
+                          uint8_t *values_out, int32_t *value_offsets, int64_t *timestamps,
+                          uint8_t *headers_out, int32_t *header_offsets, int64_t *bad_index) {
+    *bad_index = 0;
+    if (!valid_format(fmt)) return TXC_ERR_BAD_ARGUMENT;
+    size_t in = 0, vpos = 0, hpos = 0;
+    int64_t parts[6];
+    value_offsets[0] = 0;
+    header_offsets[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!column_item_ok(lens[i], in)) {
+            *bad_index = (int64_t)i;
+            return TXC_ERR_BAD_ARGUMENT;
+        }
+        size_t l = (size_t)lens[i];
+        const uint8_t *item = data + in;
+        int r = txc_value_split(fmt, item, l, parts);
+        if (r < 0) {
+            *bad_index = (int64_t)i;
+            return r;
+        }
+        memcpy(headers_out + hpos, item + parts[0], (size_t)parts[1]);
+        hpos += (size_t)parts[1];
+        memcpy(values_out + vpos, item + parts[4], (size_t)parts[5]);
+        vpos += (size_t)parts[5];
+        timestamps[i] = parts[3];
+        value_offsets[i + 1] = (int32_t)vpos;
+        header_offsets[i + 1] = (int32_t)hpos;
+        in += l;
+    }
+    return (int64_t)n;
+}
+
+/* Shared by the window and session key columns: the key of each item is all but its last
+ * `suffix` bytes, copied to keys_out; the suffix holds two big-endian fields, an int64 (to
+ * `first`) and an int64 (to `second64`) or, when second64 is NULL, an int32 (to `second32`). */
+static int64_t key_columns(const uint8_t *data, const int64_t *lens, size_t n, size_t suffix,
+                           uint8_t *keys_out, int32_t *key_offsets, int64_t *first,
+                           int64_t *second64, int32_t *second32, int64_t *bad_index) {
+    size_t in = 0, pos = 0;
+    key_offsets[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!column_item_ok(lens[i], in)) {
+            *bad_index = (int64_t)i;
+            return TXC_ERR_BAD_ARGUMENT;
+        }
+        size_t l = (size_t)lens[i];
+        if (l < suffix) {
+            *bad_index = (int64_t)i;
+            return TXC_ERR_TRUNCATED;
+        }
+        const uint8_t *item = data + in;
+        size_t kl = l - suffix;
+        memcpy(keys_out + pos, item, kl);
+        pos += kl;
+        key_offsets[i + 1] = (int32_t)pos;
+        first[i] = get_be64(item + kl);
+        if (second64 != NULL) second64[i] = get_be64(item + kl + 8);
+        else second32[i] = get_be32(item + kl + 8);
+        in += l;
+    }
+    return (int64_t)n;
+}
+
+int64_t txc_window_key_columns(const uint8_t *data, const int64_t *lens, size_t n,
+                               uint8_t *keys_out, int32_t *key_offsets, int64_t *timestamps,
+                               int32_t *seqs, int64_t *bad_index) {
+    return key_columns(data, lens, n, 12, keys_out, key_offsets, timestamps, NULL, seqs,
+                       bad_index);
+}
+
+int64_t txc_session_key_columns(const uint8_t *data, const int64_t *lens, size_t n,
+                                uint8_t *keys_out, int32_t *key_offsets, int64_t *ends,
+                                int64_t *starts, int64_t *bad_index) {
+    return key_columns(data, lens, n, 16, keys_out, key_offsets, ends, starts, NULL, bad_index);
+}

@@ -109,6 +109,27 @@ int64_t txc_ordered_upper_range(const uint8_t *key, size_t klen, const uint8_t *
 int64_t txc_segment_ids_batch(const int64_t *timestamps, size_t n, int64_t interval,
                               int64_t *out);
 
+/* ---- columns: Arrow's binary layout (one data buffer, n + 1 int32 offsets, offsets[0] = 0) ---- */
+/* The Spark reader's hot path: many stored rows split into columns with no per-row object.
+ * Inputs are packed as above but hold no nulls (a length -1 is TXC_ERR_BAD_ARGUMENT); each
+ * *_out data buffer needs the total input length; the total must stay below 2^31 (Arrow's int32
+ * offsets), else TXC_ERR_BAD_ARGUMENT. Each returns n, or the error of the first bad item with
+ * its index in *bad_index. */
+/* Stored values of format fmt -> the plain values (values_out, value_offsets), the timestamps
+ * (-1 where the format has none) and the serialized headers (headers_out, header_offsets; every
+ * item empty where the format has none). */
+int64_t txc_split_columns(int fmt, const uint8_t *data, const int64_t *lens, size_t n,
+                          uint8_t *values_out, int32_t *value_offsets, int64_t *timestamps,
+                          uint8_t *headers_out, int32_t *header_offsets, int64_t *bad_index);
+/* Window store keys [key][ts 8][seq 4] -> keys (keys_out, key_offsets), timestamps, seqs. */
+int64_t txc_window_key_columns(const uint8_t *data, const int64_t *lens, size_t n,
+                               uint8_t *keys_out, int32_t *key_offsets, int64_t *timestamps,
+                               int32_t *seqs, int64_t *bad_index);
+/* Session store keys [key][end 8][start 8] -> keys (keys_out, key_offsets), ends, starts. */
+int64_t txc_session_key_columns(const uint8_t *data, const int64_t *lens, size_t n,
+                                uint8_t *keys_out, int32_t *key_offsets, int64_t *ends,
+                                int64_t *starts, int64_t *bad_index);
+
 /* ---- partitioner ---- */
 int32_t txc_murmur2(const uint8_t *data, size_t len);
 /* toPositive(murmur2(key)) % num_partitions for n packed keys. */

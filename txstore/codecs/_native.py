@@ -16,8 +16,7 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
-from itertools import accumulate, repeat
-from operator import itemgetter
+from itertools import repeat
 from typing import Any, cast
 
 import txstore._codecs as _codecs
@@ -28,10 +27,12 @@ from txstore.codecs._common import (
     _array,
     _as_bytes,
     _check_int,
+    _cut,
     _fail,
     _format,
 )
-from txstore.errors import InvalidArgumentError, InvalidTypeError
+from txstore.codecs.columns import BinaryColumn, KeyColumns, ValueColumns
+from txstore.errors import InvalidArgumentError
 
 # C int32 and int64 arrays are read and written through array("i") and array("q").
 assert array("i").itemsize == 4 and array("q").itemsize == 8  # on every platform we build on
@@ -59,36 +60,6 @@ def _pack(name: str, items: Sequence[bytes | None]) -> tuple[bytes, list[int], b
                     _as_bytes(name, x)
             raise
     return data, lens, struct.pack(f"{len(lens)}q", *lens)
-
-
-#: ``"{n}s"`` struct codes, to cut a batch result into items with one ``struct`` call (longer
-#: items are cut by slicing: for them the copy costs more than the slicing).
-_S_CODES = [f"{n}s" for n in range(1024)]
-
-
-def _cut(data: Any, lens: list[int], trim: int = 0) -> list[bytes]:
-    """Cut the buffer ``data`` into consecutive items of ``lens`` bytes (all >= ``trim``),
-    dropping the last ``trim`` bytes of each. One uncached ``struct`` format builds every item
-    in C: about twice as fast as slicing in a comprehension.
-
-    Per item of 100 bytes: ~12 ns to make the ``bytes`` object, ~9 to compile its format code
-    and ~12 to look the code up. The tests avoid comparing lengths one by one (``max`` or
-    ``count`` over unequal ints cost ~8 ns per item): the first and last lengths are compared
-    before counting, and a length without a code fails the lookup.
-    """
-    n = len(lens)
-    if not n:
-        return []
-    if lens[0] == lens[-1] and lens.count(lens[0]) == n:  # count: equal small ints are one object
-        code = f"{lens[0] - trim}s{trim}x" if trim else f"{lens[0]}s"
-        return list(struct.Struct(code * n).unpack(data))
-    if not trim:
-        with suppress(IndexError):  # an item of 1024 bytes or more: slice below
-            codes = itemgetter(*lens)(_S_CODES)
-            return list(struct.Struct("".join(codes) if n > 1 else codes).unpack(data))
-    data = bytes(data)
-    ends = list(accumulate(lens))
-    return [data[e - m : e - trim] for e, m in zip(ends, lens, strict=True)]
 
 
 def _unpack(buf: Any, total: int, lens: Any, n: int) -> list[bytes | None]:
@@ -200,42 +171,6 @@ def split_values(
     ]
 
 
-def records_to_values(
-    fmt: ValueFormat,
-    values: Sequence[bytes | None],
-    timestamps: Sequence[int],
-    headers: Sequence[bytes],
-) -> list[bytes | None]:
-    """Batch :func:`record_to_value` in one C call (restore's hot path)."""
-    fmt = _format(fmt)
-    n = len(values)
-    if len(timestamps) != n or len(headers) != n:
-        raise InvalidArgumentError("values, timestamps and headers must have the same length")
-    vdata, _, c_vlens = _pack("value", values)
-    hdata, hlens, c_hlens = _pack("headers", headers)
-    if -1 in hlens:
-        raise InvalidTypeError("record headers must be bytes (use b'' for no headers)")
-    ts = _c_ints("q", "timestamps", timestamps)
-    cap = _lib.txc_convert_bound(len(vdata) + len(hdata), n) + 1
-    out = _new_output("uint8_t[]", cap)
-    out_lens = _ffi.new("int64_t[]", n)
-    total = _lib.txc_records_to_format_batch(
-        fmt,
-        _ffi.from_buffer(vdata),
-        _ffi.from_buffer("int64_t[]", c_vlens),
-        _ffi.from_buffer("int64_t[]", ts),
-        _ffi.from_buffer(hdata),
-        _ffi.from_buffer("int64_t[]", c_hlens),
-        n,
-        out,
-        cap,
-        out_lens,
-    )
-    if total < 0:
-        raise _fail(total, "changelog records")
-    return _unpack(out, total, out_lens, n)
-
-
 def window_keys(
     keys: Sequence[bytes], timestamps: Sequence[int], seqs: Sequence[int] | None = None
 ) -> list[bytes]:
@@ -333,6 +268,114 @@ def segment_ids(timestamps: Sequence[int], interval: int) -> list[int]:
         _ffi.from_buffer("int64_t[]", ts), n, interval, _ffi.from_buffer("int64_t[]", out)
     )
     return out.tolist()
+
+
+def _pack_column_input(name: str, raws: Sequence[bytes]) -> tuple[bytes, bytes, int]:
+    """``raws`` packed for a column C call: ``(data, lengths as C int64s, n)``. A ``None`` item
+    is refused by C (as -1) and reported by the caller with its index."""
+    try:
+        data = b"".join(raws)
+    except TypeError:
+        for x in raws:
+            if x is not None:
+                _as_bytes(name, x)
+        data = b"".join([x for x in raws if x is not None])
+        lens = [-1 if x is None else len(x) for x in raws]
+    else:
+        lens = list(map(len, raws))
+    return data, struct.pack(f"{len(lens)}q", *lens), len(lens)
+
+
+def _column_output(cap: int) -> Any:
+    return _new_output("uint8_t[]", cap + 1)  # + 1: never a zero-size allocation
+
+
+def _column(out: Any, offsets: array[int]) -> BinaryColumn:
+    # ffi.buffer keeps `out` alive: the column's data is C's output, not a copy
+    return BinaryColumn(_ffi.buffer(out, offsets[-1]), offsets)
+
+
+def _column_error(code: int, what: str, raws: Sequence[bytes], index: int) -> Exception:
+    if 0 <= index < len(raws) and raws[index] is None:
+        return InvalidArgumentError(f"{what} at index {index} is None; columns hold no nulls")
+    if code == -8:  # TXC_ERR_BAD_ARGUMENT with every item present: the 2 GiB offsets limit
+        return InvalidArgumentError(f"{what}s: a column holds at most 2 GiB; pass fewer rows")
+    return _fail(code, f"{what} at index {index}")
+
+
+def split_value_columns(fmt: ValueFormat, raws: Sequence[bytes]) -> ValueColumns:
+    """Split stored values of format ``fmt`` into columns (values, timestamps, headers) in one
+    C call, making no object per row; ``None`` items are refused.
+
+    O(n); the batch form of :func:`split_value` for readers that build Arrow arrays.
+
+    >>> cols = split_value_columns(ValueFormat.TIMESTAMPED, [bytes(7) + b"\\x05v", bytes(8)])
+    >>> cols.values.to_list(), cols.timestamps.tolist(), cols.headers.to_list()
+    ([b'v', b''], [5, 0], [b'', b''])
+    """
+    fmt = _format(fmt)
+    data, c_lens, n = _pack_column_input("stored value", raws)
+    size = len(data)
+    values, headers = _column_output(size), _column_output(size)
+    voffs, hoffs = array("i", bytes(4 * (n + 1))), array("i", bytes(4 * (n + 1)))
+    ts = array("q", bytes(8 * n))
+    bad = _ffi.new("int64_t *")
+    r = _lib.txc_split_columns(
+        fmt,
+        _ffi.from_buffer(data),
+        _ffi.from_buffer("int64_t[]", c_lens),
+        n,
+        values,
+        _ffi.from_buffer("int32_t[]", voffs),
+        _ffi.from_buffer("int64_t[]", ts),
+        headers,
+        _ffi.from_buffer("int32_t[]", hoffs),
+        bad,
+    )
+    if r < 0:
+        raise _column_error(r, f"{fmt.name} value", raws, bad[0])
+    return ValueColumns(_column(values, voffs), ts, _column(headers, hoffs))
+
+
+def _key_columns(raws: Sequence[bytes], session: bool) -> KeyColumns:
+    what = "session store key" if session else "window store key"
+    data, c_lens, n = _pack_column_input(what, raws)
+    keys = _column_output(len(data))
+    offsets = array("i", bytes(4 * (n + 1)))
+    first = array("q", bytes(8 * n))
+    second = array("q" if session else "i", bytes((8 if session else 4) * n))
+    bad = _ffi.new("int64_t *")
+    call = _lib.txc_session_key_columns if session else _lib.txc_window_key_columns
+    r = call(
+        _ffi.from_buffer(data),
+        _ffi.from_buffer("int64_t[]", c_lens),
+        n,
+        keys,
+        _ffi.from_buffer("int32_t[]", offsets),
+        _ffi.from_buffer("int64_t[]", first),
+        _ffi.from_buffer("int64_t[]" if session else "int32_t[]", second),
+        bad,
+    )
+    if r < 0:
+        raise _column_error(r, what, raws, bad[0])
+    return KeyColumns(_column(keys, offsets), first, second)
+
+
+def window_key_columns(raws: Sequence[bytes]) -> KeyColumns:
+    """Split window store keys ``[key][ts 8][seq 4]`` into columns (keys, window starts,
+    sequence numbers) in one C call, making no object per row. O(n).
+
+    >>> cols = window_key_columns([b"k" + (7).to_bytes(8, "big") + (1).to_bytes(4, "big")])
+    >>> cols.keys.to_list(), cols.first.tolist(), cols.second.tolist()
+    ([b'k'], [7], [1])
+    """
+    return _key_columns(raws, session=False)
+
+
+def session_key_columns(raws: Sequence[bytes]) -> KeyColumns:
+    """Split session store keys ``[key][end 8][start 8]`` into columns (keys, session ends,
+    session starts) in one C call, making no object per row. O(n)."""
+    return _key_columns(raws, session=True)
 
 
 def murmur2(data: bytes) -> int:

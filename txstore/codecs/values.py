@@ -627,24 +627,3 @@ _CONVERTERS: dict[ValueFormat, dict[ValueFormat, ValueConverter]] = {
         _PLAIN_HEADERS: _plain_headers_to_plain_headers,
     },
 }
-
-
-def record_to_value(
-    fmt: ValueFormat, value: bytes | None, timestamp: int, headers: bytes
-) -> bytes | None:
-    """Record converter: a changelog record (plain value, record timestamp, serialized record
-    headers) to the stored value of ``fmt``. A ``None`` value stays ``None`` (a delete). O(n).
-
-    >>> record_to_value(ValueFormat.TIMESTAMPED, b"val", 1000, b"").hex()
-    '00000000000003e876616c'
-    """
-    if value is None:
-        return None
-    if fmt is _HEADERS:  # pack_value's HEADERS path, inlined
-        try:
-            n = len(headers)
-            hsize = _LEN[n] if n < 64 else encode_varint(n)
-            return _join((hsize, headers, _pack_q(timestamp), value))
-        except (TypeError, struct.error):
-            pass
-    return pack_value(fmt, value, timestamp, headers)

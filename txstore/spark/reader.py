@@ -7,10 +7,12 @@ store in key order in chunks of ``batch_size`` rows and turns each chunk into on
 ``pyarrow.RecordBatch`` of exactly the declared schema. The environment and the transaction
 are released in ``finally``, also when Spark stops consuming early.
 
-Decoding is columnar where the serde allows it: ``int``/``long``/``double`` keys and values
-are checked for their width and byte-swapped in one pass over one buffer, strings are checked
-as UTF-8 by Arrow; only JSON with a user schema, custom serdes and headers take a Python call
-per row.
+Decoding is columnar where the serde allows it. The C column codecs split window and session
+keys and stored values into Arrow's own layouts (one data buffer plus int32 offsets, int64
+timestamps: :mod:`txstore.codecs.columns`), which become Arrow arrays without a copy or an
+object per row; ``int``/``long``/``double`` keys and values are checked for their width and
+byte-swapped in one pass over one buffer, strings are checked as UTF-8 by Arrow; only JSON,
+custom serdes and headers take a Python call per row.
 """
 
 from __future__ import annotations
@@ -27,13 +29,9 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from txstore.catalog import open_view
-from txstore.codecs import (
-    ValueFormat,
-    decode_headers,
-    extract_session_keys,
-    extract_window_keys,
-    split_values,
-)
+from txstore.codecs import ValueFormat, decode_headers
+from txstore.codecs._native import session_key_columns, split_value_columns, window_key_columns
+from txstore.codecs.columns import BinaryColumn
 from txstore.errors import SerializationError, TxStoreError
 from txstore.iterators import KeyRange
 from txstore.partition import Partition
@@ -58,11 +56,28 @@ _MIN_MS: Final = -_MAX_MS
 _TS_MICROS: Final = pa.timestamp("us", tz="UTC")
 
 
-def _first_bad(raws: Sequence[bytes], ok: Any) -> int:
-    for i, raw in enumerate(raws):
-        if not ok(raw):
+#: Serialized keys or values of one chunk: a column from the C codecs, or a list of ``bytes``.
+Raws = BinaryColumn | Sequence[bytes]
+
+
+def _first_bad(raws: Raws, ok: Any) -> int:
+    for i in range(len(raws)):
+        if not ok(raws[i]):
             return i
     return -1  # pragma: no cover - called only after a batch check failed
+
+
+def _binary(raws: Raws) -> pa.Array:
+    """``raws`` as an Arrow binary array; a column's buffers are used as they are."""
+    if isinstance(raws, BinaryColumn):
+        buffers = [None, pa.py_buffer(raws.offsets), pa.py_buffer(raws.data)]
+        return pa.Array.from_buffers(pa.binary(), len(raws), buffers)
+    return pa.array(raws, pa.binary())
+
+
+def _int64s(values: array[int]) -> pa.Array:
+    """An ``array("q")`` as an Arrow int64 array, without a copy."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 class BatchBuilder:
@@ -81,16 +96,14 @@ class BatchBuilder:
     def _where(self, what: str, raw: bytes) -> str:
         return f"{what} {raw[:40]!r} of store {self.task.store!r}, partition {self.task.partition}"
 
-    def decode(
-        self, dec: ColumnDecoder, raws: Sequence[bytes], atype: pa.DataType, what: str
-    ) -> pa.Array:
+    def decode(self, dec: ColumnDecoder, raws: Raws, atype: pa.DataType, what: str) -> pa.Array:
         """One column from serialized keys or values (see the module docstring)."""
         kind = dec.kind
         if kind == "binary":
-            return pa.array(raws, pa.binary())
+            return _binary(raws)
         if kind == "string":
             try:
-                return pa.array(raws, pa.binary()).cast(pa.string())
+                return _binary(raws).cast(pa.string())
             except pa.ArrowInvalid:
                 i = _first_bad(raws, _is_utf8)
                 raise SerializationError(
@@ -100,6 +113,8 @@ class BatchBuilder:
         fixed = _FIXED.get(kind)
         if fixed is not None:
             return self._fixed(raws, fixed[0], fixed[1], atype, kind, what)
+        if isinstance(raws, BinaryColumn):
+            raws = raws.to_list()
         if kind == "json":
             objs = []
             for raw in raws:
@@ -126,11 +141,11 @@ class BatchBuilder:
         raise AssertionError(f"unknown decoder {kind!r}")  # pragma: no cover
 
     def _fixed(
-        self, raws: Sequence[bytes], width: int, code: str, atype: pa.DataType, kind: str, what: str
+        self, raws: Raws, width: int, code: str, atype: pa.DataType, kind: str, what: str
     ) -> pa.Array:
         n = len(raws)
         try:
-            fsb = pa.array(raws, pa.binary(width))
+            fsb = _binary(raws).cast(pa.binary(width))  # Arrow checks every width
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             i = _first_bad(raws, lambda r: len(r) == width)
             raise SerializationError(
@@ -165,34 +180,29 @@ class BatchBuilder:
         n = len(raw_keys)
         columns: dict[str, pa.Array] = {}
         kind = self.layout.kind
-        keys: Sequence[bytes] = raw_keys
+        keys: Raws = raw_keys
         if kind == "window":  # [key][start 8][seq 4]
-            wparts = extract_window_keys(raw_keys)
-            keys = [p[0] for p in wparts]
-            starts = pa.array([p[1] for p in wparts], pa.int64())
+            wcols = window_key_columns(raw_keys)
+            keys, starts = wcols.keys, _int64s(wcols.first)
             size = self.layout.window_size or 0
             ends = pc.if_else(pc.greater(starts, _LONG_MAX - size), _LONG_MAX, pc.add(starts, size))
             columns["window"] = self._window(starts, ends, "window")
         elif kind == "session":  # [key][end 8][start 8]
-            sparts = extract_session_keys(raw_keys)
-            keys = [p[0] for p in sparts]
+            scols = session_key_columns(raw_keys)
+            keys = scols.keys
             columns["session_window"] = self._window(
-                pa.array([p[1] for p in sparts], pa.int64()),
-                pa.array([p[2] for p in sparts], pa.int64()),
-                "session_window",
+                _int64s(scols.second), _int64s(scols.first), "session_window"
             )
         columns["key"] = self.decode(self.layout.key, keys, self.key_type, "key")
-        if self.fmt == ValueFormat.PLAIN:
-            values: Sequence[bytes] = stored
-        else:
-            # committed values are never None, so neither is any part
-            parts: list[Any] = split_values(self.fmt, stored)
-            values = [p[0] for p in parts]
+        values: Raws = stored
+        if self.fmt != ValueFormat.PLAIN:
+            vcols = split_value_columns(self.fmt, stored)  # committed values are never None
+            values = vcols.values
             if self.layout.has_timestamp:
-                columns["timestamp"] = _timestamps([p[1] for p in parts])
+                columns["timestamp"] = _timestamps(_int64s(vcols.timestamps))
             if self.layout.has_headers:
                 columns["headers"] = pa.array(
-                    [[tuple(h) for h in decode_headers(p[2])] if p[2] else [] for p in parts],
+                    [[tuple(h) for h in decode_headers(hb)] if hb else [] for hb in vcols.headers],
                     self.schema.field("headers").type,
                 )
         columns["value"] = self.decode(self.layout.value, values, self.value_type, "value")

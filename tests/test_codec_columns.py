@@ -1,0 +1,146 @@
+"""The column codecs (``split_value_columns``, ``window_key_columns``, ``session_key_columns``)
+against the pure-Python oracle, their Arrow layout, and what each bad input gets."""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests import oracle as o
+from tests.test_codecs import FORMATS, garbage, keys, ofmt, seqs, stored_value, timestamps
+from txstore.codecs import ValueFormat as VF
+from txstore.codecs._native import session_key_columns, split_value_columns, window_key_columns
+from txstore.codecs.columns import BinaryColumn
+from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
+
+PROPS = settings(max_examples=120, deadline=None)
+anyc: Any = split_value_columns  # for calls with deliberately wrong argument types
+
+
+def check_layout(col: BinaryColumn, items: list[bytes]) -> None:
+    """The column holds ``items`` in Arrow's binary layout, readable by Arrow without a copy."""
+    assert len(col) == len(items)
+    assert col.to_list() == items
+    assert [col[i] for i in range(len(items))] == items
+    assert col.offsets.typecode == "i" and col.offsets[0] == 0
+    assert col.lengths() == [len(x) for x in items]
+    arrow = pa.Array.from_buffers(
+        pa.binary(), len(col), [None, pa.py_buffer(col.offsets), pa.py_buffer(col.data)]
+    )
+    arrow.validate(full=True)
+    assert arrow.to_pylist() == items
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@PROPS
+@given(data=st.data())
+def test_split_value_columns_match_the_oracle(fmt, data):
+    raws = data.draw(st.lists(stored_value(fmt), max_size=12))
+    parts = [o.split(ofmt(fmt), r) for r in raws]
+    cols = split_value_columns(fmt, raws)
+    check_layout(cols.values, [v for v, _, _ in parts])
+    check_layout(cols.headers, [hb for _, _, hb in parts])
+    assert cols.timestamps.typecode == "q"
+    assert cols.timestamps.tolist() == [-1 if ts is None else ts for _, ts, _ in parts]
+
+
+@PROPS
+@given(st.lists(st.tuples(keys, timestamps, seqs), max_size=12))
+def test_window_key_columns_match_the_oracle(items):
+    raws = [o.window_key(k, ts, seq) for k, ts, seq in items]
+    cols = window_key_columns(raws)
+    check_layout(cols.keys, [k for k, _, _ in items])
+    assert cols.first.tolist() == [ts for _, ts, _ in items]
+    assert cols.second.typecode == "i"
+    assert cols.second.tolist() == [seq for _, _, seq in items]
+
+
+@PROPS
+@given(st.lists(st.tuples(keys, timestamps, timestamps), max_size=12))
+def test_session_key_columns_match_the_oracle(items):
+    raws = [o.session_key(k, start, end) for k, start, end in items]
+    cols = session_key_columns(raws)
+    check_layout(cols.keys, [k for k, _, _ in items])
+    assert cols.first.tolist() == [end for _, _, end in items]  # [key][end][start]
+    assert cols.second.typecode == "q"
+    assert cols.second.tolist() == [start for _, start, _ in items]
+
+
+def test_empty_batches_give_empty_columns():
+    for fmt in FORMATS:
+        cols = split_value_columns(fmt, [])
+        assert len(cols.values) == len(cols.headers) == len(cols.timestamps) == 0
+    assert len(window_key_columns([]).keys) == 0
+    assert session_key_columns([]).second.tolist() == []
+
+
+def test_column_data_outlives_the_call():
+    # the values column is C's output buffer: it must stay valid after the call returns
+    cols = [split_value_columns(VF.TIMESTAMPED, [bytes(8) + bytes([i]) * 50]) for i in range(200)]
+    junk = [split_value_columns(VF.PLAIN, [b"\xff" * 50]) for _ in range(200)]
+    assert [c.values[0] for c in cols] == [bytes([i]) * 50 for i in range(200)]
+    assert len(junk) == 200
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_garbage_values_get_the_oracles_verdict_with_their_index(fmt, data):
+    good = data.draw(st.lists(stored_value(fmt), max_size=3))
+    bad = data.draw(garbage(stored_value(fmt)))
+    raws = [*good, bad]
+    try:
+        expected = o.split(ofmt(fmt), bad)
+    except o.OracleError:
+        with pytest.raises(SerializationError, match=f"{fmt.name} value at index {len(good)}"):
+            split_value_columns(fmt, raws)
+    else:
+        assert split_value_columns(fmt, raws).values[len(good)] == expected[0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=20), min_size=1, max_size=6))
+def test_short_keys_are_refused_with_their_index(raws):
+    for columns, size in ((window_key_columns, 12), (session_key_columns, 16)):
+        short = [i for i, r in enumerate(raws) if len(r) < size]
+        if short:
+            with pytest.raises(SerializationError, match=f"at index {short[0]}: input is trunc"):
+                columns(raws)
+        else:
+            assert columns(raws).keys.to_list() == [r[:-size] for r in raws]
+
+
+def test_none_items_are_refused_with_their_index():
+    with pytest.raises(InvalidArgumentError, match="HEADERS value at index 1 is None"):
+        anyc(VF.HEADERS, [o.pack(o.Fmt(2), b"v", 1, b""), None])
+    with pytest.raises(InvalidArgumentError, match="window store key at index 0 is None"):
+        window_key_columns([None])  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError, match="session store key at index 2 is None"):
+        session_key_columns([bytes(16), bytes(16), None])  # type: ignore[list-item]
+
+
+def test_wrong_types_and_formats_are_typed_errors():
+    with pytest.raises(InvalidTypeError, match="stored value must be bytes, got str"):
+        anyc(VF.PLAIN, [b"ok", "text"])
+    with pytest.raises(InvalidArgumentError, match="unknown value format 9"):
+        anyc(9, [b"x"])
+    # bytes-like items are taken as their bytes
+    cols = split_value_columns(VF.PLAIN, [bytearray(b"ab"), memoryview(b"cd")])  # type: ignore[list-item]
+    assert cols.values.to_list() == [b"ab", b"cd"]
+
+
+def test_binary_column_indexing():
+    col = BinaryColumn(b"abcde", array("i", [0, 2, 2, 5]))
+    assert (col[0], col[1], col[2], col[-3]) == (b"ab", b"", b"cde", b"ab")
+    for i in (3, -4):
+        with pytest.raises(IndexError, match=f"column index {i} out of range for 3 items"):
+            col[i]
+    assert repr(col) == "BinaryColumn(3 items, 5 bytes)"

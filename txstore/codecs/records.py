@@ -1,0 +1,77 @@
+"""Record converters (KIP-258, KIP-1271): a changelog record (plain value, record timestamp,
+serialized record headers) to the stored value of a store's format. Restore calls
+:func:`records_to_values` once per batch; the single-record form is :func:`record_to_value`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from txstore.codecs._common import _HEADERS, _TIMESTAMPED, ValueFormat, _format, _pack_q
+from txstore.codecs.values import _LEN, _join, encode_varint, pack_value
+from txstore.errors import InvalidArgumentError
+
+__all__ = ["record_to_value", "records_to_values"]
+
+
+def record_to_value(
+    fmt: ValueFormat, value: bytes | None, timestamp: int, headers: bytes
+) -> bytes | None:
+    """Record converter: a changelog record (plain value, record timestamp, serialized record
+    headers) to the stored value of ``fmt``. A ``None`` value stays ``None`` (a delete). O(n).
+
+    >>> record_to_value(ValueFormat.TIMESTAMPED, b"val", 1000, b"").hex()
+    '00000000000003e876616c'
+    """
+    if value is None:
+        return None
+    if fmt is _HEADERS:  # pack_value's HEADERS path, inlined
+        try:
+            n = len(headers)
+            hsize = _LEN[n] if n < 64 else encode_varint(n)
+            return _join((hsize, headers, _pack_q(timestamp), value))
+        except (TypeError, struct.error):
+            pass
+    return pack_value(fmt, value, timestamp, headers)
+
+
+def records_to_values(
+    fmt: ValueFormat,
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[bytes],
+) -> list[bytes | None]:
+    """Batch :func:`record_to_value`: restore's hot path. O(total bytes).
+
+    Plain Python on purpose: ``perf/bench_codecs.py`` measured the one-C-call batch at 0.86x
+    of this loop for 1,000 records and 0.58x for 10,000, because packing the input and making
+    one ``bytes`` object per output costs the C batch more than one ``join`` per value costs
+    here. Bad input falls back to :func:`record_to_value`, which raises the typed error.
+
+    >>> records_to_values(ValueFormat.TIMESTAMPED, [b"v", None], [1000, 5], [b"", b""])
+    [b'\\x00\\x00\\x00\\x00\\x00\\x00\\x03\\xe8v', None]
+    """
+    fmt = _format(fmt)
+    n = len(values)
+    if len(timestamps) != n or len(headers) != n:
+        raise InvalidArgumentError("values, timestamps and headers must have the same length")
+    rows = zip(values, timestamps, headers, strict=True)
+    pack_q, join, sizes = _pack_q, _join, _LEN
+    try:
+        if fmt is _HEADERS:
+            return [
+                None
+                if v is None
+                else join(
+                    (sizes[len(h)] if len(h) < 64 else encode_varint(len(h)), h, pack_q(t), v)
+                )
+                for v, t, h in rows
+            ]
+        if fmt is _TIMESTAMPED:
+            return [None if v is None else pack_q(t) + v for v, t, _ in rows]
+    except (TypeError, struct.error):
+        pass  # a bad item: the checked path below names it
+    return [
+        record_to_value(fmt, v, t, h) for v, t, h in zip(values, timestamps, headers, strict=True)
+    ]
