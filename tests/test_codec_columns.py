@@ -144,3 +144,28 @@ def test_binary_column_indexing():
         with pytest.raises(IndexError, match=f"column index {i} out of range for 3 items"):
             col[i]
     assert repr(col) == "BinaryColumn(3 items, 5 bytes)"
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_columns_in_arrow_buffers_equal_the_default(fmt, data):
+    # the Spark reader passes Arrow's allocator: the data buffers are then Arrow's own
+    raws = data.draw(st.lists(stored_value(fmt), max_size=8))
+    cols = split_value_columns(fmt, raws, pa.allocate_buffer)
+    assert isinstance(cols.values.data, pa.Buffer) and isinstance(cols.headers.data, pa.Buffer)
+    expected = split_value_columns(fmt, raws)
+    assert cols.values.to_list() == expected.values.to_list()
+    assert cols.headers.to_list() == expected.headers.to_list()
+    assert cols.timestamps == expected.timestamps
+    wk = [o.window_key(r[:3], 5, 1) for r in raws]
+    assert window_key_columns(wk, pa.allocate_buffer).keys.to_list() == [r[:3] for r in raws]
+    sk = [o.session_key(r[:3], 1, 2) for r in raws]
+    assert session_key_columns(sk, pa.allocate_buffer).keys.to_list() == [r[:3] for r in raws]
+
+
+def test_a_bad_buffer_from_allocate_is_a_typed_error_not_a_write_past_it():
+    with pytest.raises(InvalidTypeError, match="allocate must return a writable buffer, got b"):
+        split_value_columns(VF.PLAIN, [b"abc"], lambda n: bytes(n))
+    with pytest.raises(InvalidArgumentError, match=r"allocate\(16\) returned a buffer of 2 bytes"):
+        window_key_columns([bytes(16)], lambda n: bytearray(2))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from itertools import repeat
 from typing import Any, cast
@@ -32,7 +32,7 @@ from txstore.codecs._common import (
     _format,
 )
 from txstore.codecs.columns import BinaryColumn, KeyColumns, ValueColumns
-from txstore.errors import InvalidArgumentError
+from txstore.errors import InvalidArgumentError, InvalidTypeError
 
 # C int32 and int64 arrays are read and written through array("i") and array("q").
 assert array("i").itemsize == 4 and array("q").itemsize == 8  # on every platform we build on
@@ -286,13 +286,27 @@ def _pack_column_input(name: str, raws: Sequence[bytes]) -> tuple[bytes, bytes, 
     return data, struct.pack(f"{len(lens)}q", *lens), len(lens)
 
 
-def _column_output(cap: int) -> Any:
-    return _new_output("uint8_t[]", cap + 1)  # + 1: never a zero-size allocation
+#: ``allocate(nbytes)`` for a column's data: any writable buffer of at least ``nbytes``.
+Allocate = Callable[[int], Any]
 
 
-def _column(out: Any, offsets: array[int]) -> BinaryColumn:
-    # ffi.buffer keeps `out` alive: the column's data is C's output, not a copy
-    return BinaryColumn(_ffi.buffer(out, offsets[-1]), offsets)
+def _allocate_default(nbytes: int) -> Any:
+    # + 1: never a zero-size allocation; ffi.buffer keeps the cdata alive with the column
+    return _ffi.buffer(_new_output("uint8_t[]", nbytes + 1), nbytes + 1)
+
+
+def _writable(buf: Any, nbytes: int) -> Any:
+    """``buf`` as a C ``uint8_t[]`` C may write ``nbytes`` to; a read-only or short buffer
+    from a caller's ``allocate`` is a typed error, never a write past its end."""
+    try:
+        c_buf = _ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+    except (BufferError, TypeError):
+        raise InvalidTypeError(
+            f"allocate must return a writable buffer, got {type(buf).__name__}"
+        ) from None
+    if len(c_buf) < nbytes:
+        raise InvalidArgumentError(f"allocate({nbytes}) returned a buffer of {len(c_buf)} bytes")
+    return c_buf
 
 
 def _column_error(code: int, what: str, raws: Sequence[bytes], index: int) -> Exception:
@@ -303,11 +317,17 @@ def _column_error(code: int, what: str, raws: Sequence[bytes], index: int) -> Ex
     return _fail(code, f"{what} at index {index}")
 
 
-def split_value_columns(fmt: ValueFormat, raws: Sequence[bytes]) -> ValueColumns:
+def split_value_columns(
+    fmt: ValueFormat, raws: Sequence[bytes], allocate: Allocate | None = None
+) -> ValueColumns:
     """Split stored values of format ``fmt`` into columns (values, timestamps, headers) in one
     C call, making no object per row; ``None`` items are refused.
 
     O(n); the batch form of :func:`split_value` for readers that build Arrow arrays.
+    ``allocate(nbytes)`` gives the buffers the byte columns are written to (default: fresh
+    memory from C). Pass a pool's allocator (``pyarrow.allocate_buffer``) when the columns go
+    to Arrow: fresh multi-megabyte buffers cost a page fault per 4 KiB on every call
+    (measured: 214 against 55 ns per row for 64k rows of 110 bytes), a pool reuses its pages.
 
     >>> cols = split_value_columns(ValueFormat.TIMESTAMPED, [bytes(7) + b"\\x05v", bytes(8)])
     >>> cols.values.to_list(), cols.timestamps.tolist(), cols.headers.to_list()
@@ -315,8 +335,8 @@ def split_value_columns(fmt: ValueFormat, raws: Sequence[bytes]) -> ValueColumns
     """
     fmt = _format(fmt)
     data, c_lens, n = _pack_column_input("stored value", raws)
-    size = len(data)
-    values, headers = _column_output(size), _column_output(size)
+    alloc = allocate or _allocate_default
+    values, headers = alloc(len(data)), alloc(len(data))
     voffs, hoffs = array("i", bytes(4 * (n + 1))), array("i", bytes(4 * (n + 1)))
     ts = array("q", bytes(8 * n))
     bad = _ffi.new("int64_t *")
@@ -325,22 +345,22 @@ def split_value_columns(fmt: ValueFormat, raws: Sequence[bytes]) -> ValueColumns
         _ffi.from_buffer(data),
         _ffi.from_buffer("int64_t[]", c_lens),
         n,
-        values,
+        _writable(values, len(data)),
         _ffi.from_buffer("int32_t[]", voffs),
         _ffi.from_buffer("int64_t[]", ts),
-        headers,
+        _writable(headers, len(data)),
         _ffi.from_buffer("int32_t[]", hoffs),
         bad,
     )
     if r < 0:
         raise _column_error(r, f"{fmt.name} value", raws, bad[0])
-    return ValueColumns(_column(values, voffs), ts, _column(headers, hoffs))
+    return ValueColumns(BinaryColumn(values, voffs), ts, BinaryColumn(headers, hoffs))
 
 
-def _key_columns(raws: Sequence[bytes], session: bool) -> KeyColumns:
+def _key_columns(raws: Sequence[bytes], session: bool, allocate: Allocate | None) -> KeyColumns:
     what = "session store key" if session else "window store key"
     data, c_lens, n = _pack_column_input(what, raws)
-    keys = _column_output(len(data))
+    keys = (allocate or _allocate_default)(len(data))
     offsets = array("i", bytes(4 * (n + 1)))
     first = array("q", bytes(8 * n))
     second = array("q" if session else "i", bytes((8 if session else 4) * n))
@@ -350,7 +370,7 @@ def _key_columns(raws: Sequence[bytes], session: bool) -> KeyColumns:
         _ffi.from_buffer(data),
         _ffi.from_buffer("int64_t[]", c_lens),
         n,
-        keys,
+        _writable(keys, len(data)),
         _ffi.from_buffer("int32_t[]", offsets),
         _ffi.from_buffer("int64_t[]", first),
         _ffi.from_buffer("int64_t[]" if session else "int32_t[]", second),
@@ -358,24 +378,26 @@ def _key_columns(raws: Sequence[bytes], session: bool) -> KeyColumns:
     )
     if r < 0:
         raise _column_error(r, what, raws, bad[0])
-    return KeyColumns(_column(keys, offsets), first, second)
+    return KeyColumns(BinaryColumn(keys, offsets), first, second)
 
 
-def window_key_columns(raws: Sequence[bytes]) -> KeyColumns:
+def window_key_columns(raws: Sequence[bytes], allocate: Allocate | None = None) -> KeyColumns:
     """Split window store keys ``[key][ts 8][seq 4]`` into columns (keys, window starts,
-    sequence numbers) in one C call, making no object per row. O(n).
+    sequence numbers) in one C call, making no object per row. O(n); ``allocate`` as in
+    :func:`split_value_columns`.
 
     >>> cols = window_key_columns([b"k" + (7).to_bytes(8, "big") + (1).to_bytes(4, "big")])
     >>> cols.keys.to_list(), cols.first.tolist(), cols.second.tolist()
     ([b'k'], [7], [1])
     """
-    return _key_columns(raws, session=False)
+    return _key_columns(raws, False, allocate)
 
 
-def session_key_columns(raws: Sequence[bytes]) -> KeyColumns:
+def session_key_columns(raws: Sequence[bytes], allocate: Allocate | None = None) -> KeyColumns:
     """Split session store keys ``[key][end 8][start 8]`` into columns (keys, session ends,
-    session starts) in one C call, making no object per row. O(n)."""
-    return _key_columns(raws, session=True)
+    session starts) in one C call, making no object per row. O(n); ``allocate`` as in
+    :func:`split_value_columns`."""
+    return _key_columns(raws, True, allocate)
 
 
 def murmur2(data: bytes) -> int:

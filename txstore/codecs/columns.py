@@ -30,7 +30,8 @@ class BinaryColumn:
     ``data[offsets[i]:offsets[i + 1]]``; ``offsets`` is an ``array("i")`` of ``n + 1`` ints
     starting at 0 (Arrow's ``binary`` layout, so ``data`` stays under 2 GiB).
 
-    ``data`` is any buffer (``bytes``, or the C library's output buffer, which it keeps alive).
+    ``data`` is any buffer at least ``offsets[-1]`` bytes long (``bytes``, the C library's
+    output buffer, which it keeps alive, or a ``pyarrow.Buffer``).
     Indexing costs O(1) and makes one ``bytes``; :meth:`to_list` makes them all in one call.
     """
 
@@ -48,7 +49,7 @@ class BinaryColumn:
         j = i + n if i < 0 else i
         if not 0 <= j < n:
             raise IndexError(f"column index {i} out of range for {n} items")
-        return bytes(self.data[self.offsets[j] : self.offsets[j + 1]])
+        return bytes(self.view()[self.offsets[j] : self.offsets[j + 1]])
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.to_list())
@@ -59,7 +60,11 @@ class BinaryColumn:
 
     def to_list(self) -> list[bytes]:
         """Every item as ``bytes``, O(n), cut from ``data`` with one ``struct`` call."""
-        return _cut(self.data, self.lengths())
+        return _cut(self.view(), self.lengths())
+
+    def view(self) -> memoryview:
+        """The items' bytes end to end (``offsets[-1]`` bytes), without a copy."""
+        return memoryview(self.data)[: self.offsets[-1]]
 
     def __repr__(self) -> str:
         return f"BinaryColumn({len(self)} items, {self.offsets[-1]} bytes)"

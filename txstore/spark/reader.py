@@ -69,8 +69,8 @@ def _first_bad(raws: Raws, ok: Any) -> int:
 
 def _binary(raws: Raws) -> pa.Array:
     """``raws`` as an Arrow binary array; a column's buffers are used as they are."""
-    if isinstance(raws, BinaryColumn):
-        buffers = [None, pa.py_buffer(raws.offsets), pa.py_buffer(raws.data)]
+    if isinstance(raws, BinaryColumn):  # data from pa.allocate_buffer (see BatchBuilder.build)
+        buffers = [None, pa.py_buffer(raws.offsets), raws.data]
         return pa.Array.from_buffers(pa.binary(), len(raws), buffers)
     return pa.array(raws, pa.binary())
 
@@ -182,13 +182,13 @@ class BatchBuilder:
         kind = self.layout.kind
         keys: Raws = raw_keys
         if kind == "window":  # [key][start 8][seq 4]
-            wcols = window_key_columns(raw_keys)
+            wcols = window_key_columns(raw_keys, pa.allocate_buffer)
             keys, starts = wcols.keys, _int64s(wcols.first)
             size = self.layout.window_size or 0
             ends = pc.if_else(pc.greater(starts, _LONG_MAX - size), _LONG_MAX, pc.add(starts, size))
             columns["window"] = self._window(starts, ends, "window")
         elif kind == "session":  # [key][end 8][start 8]
-            scols = session_key_columns(raw_keys)
+            scols = session_key_columns(raw_keys, pa.allocate_buffer)
             keys = scols.keys
             columns["session_window"] = self._window(
                 _int64s(scols.second), _int64s(scols.first), "session_window"
@@ -196,7 +196,8 @@ class BatchBuilder:
         columns["key"] = self.decode(self.layout.key, keys, self.key_type, "key")
         values: Raws = stored
         if self.fmt != ValueFormat.PLAIN:
-            vcols = split_value_columns(self.fmt, stored)  # committed values are never None
+            # committed values are never None; Arrow's pool reuses its pages (no page faults)
+            vcols = split_value_columns(self.fmt, stored, pa.allocate_buffer)
             values = vcols.values
             if self.layout.has_timestamp:
                 columns["timestamp"] = _timestamps(_int64s(vcols.timestamps))
