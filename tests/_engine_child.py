@@ -91,6 +91,13 @@ def main(argv: list[str]) -> None:
         with Partition(path):
             _ready()
             _sleep_forever()
+    elif mode == "open-then-hold-writer":
+        # says OPENING, then opens for writing (it may have to wait), says READY, holds it
+        print("OPENING", flush=True)
+        time.sleep(0.2)  # the parent reads OPENING alone, not with READY in one buffer
+        with Partition(path):
+            _ready()
+            _sleep_forever()
     elif mode == "hold-spill":
         # commit some data, then hold spilled uncommitted writes until SIGKILLed
         n_committed, n_uncommitted = int(argv[2]), int(argv[3])
@@ -106,6 +113,20 @@ def main(argv: list[str]) -> None:
             store.delete(b"c%06d" % i)
         assert os.path.isdir(os.path.join(path, "spill")), "expected a spill directory"
         assert store.approximate_num_uncommitted_bytes() > 64 * 1024
+        _ready()
+        _sleep_forever()
+    elif mode == "hold-typed-spill":
+        # a typed store (readable by txstore check) with spilled uncommitted writes, held open
+        import txstore
+        from txstore import Serdes
+
+        db = txstore.open(path, overlay_budget_bytes=64 * 1024)
+        typed = db.key_value_store("kv", Serdes.string(), Serdes.string())
+        typed.put("committed", "yes")
+        typed.commit(1)
+        for i in range(int(argv[2])):
+            typed.put(f"u{i:07d}", "uncommitted" * 8)
+        assert os.listdir(os.path.join(path, "spill")), "expected a non-empty spill directory"
         _ready()
         _sleep_forever()
     elif mode == "writer-loop":

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import _engine_child as child
 from tests._task_child import model
+from txstore.partition import Partition
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,6 +103,48 @@ def test_check_reports_problems_with_exit_1(tmp_path: Path) -> None:
     (tmp_path / "p" / "spill" / "junk").write_bytes(b"x")
     proc = txstore("check", str(tmp_path / "p"), check=False)
     assert proc.returncode == 1 and "leftover spill" in proc.stdout
+
+
+def test_check_next_to_a_live_spilling_writer_passes_and_reports_a_crashed_ones_spill(
+    tmp_path: Path,
+) -> None:
+    """A writer process whose uncommitted puts spilled under a small overlay budget: check
+    passes (exit 0) and notes the spill as the live writer's (it used to exit 1 calling it the
+    leftover of a crashed writer). The same spill once that writer is SIGKILLed: exit 1,
+    "leftover spill". Reopening for writing deletes it and check passes again."""
+    path = tmp_path / "p"
+    proc = child.spawn("hold-typed-spill", path, 5000)
+    try:
+        child.wait_line(proc, "READY")
+        live = txstore("check", str(path), check=False)
+        live_json = txstore("check", str(path), "--json", check=False)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+    spill = path / "spill"
+    assert live.returncode == 0, live.stdout
+    assert live.stdout.splitlines()[1:] == [
+        f"NOTE spill of a live writer: {spill} holds the uncommitted writes of the process that "
+        "has the partition open for writing (fine)",
+        "ok",
+    ]
+    report = json.loads(live_json.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["notes"][0]["what"] == "spill of a live writer"
+    assert any(spill.iterdir())  # the SIGKILLed writer left its spill behind
+    dead = txstore("check", str(path), check=False)
+    assert dead.returncode == 1
+    assert dead.stdout.splitlines()[1:] == [
+        f"PROBLEM leftover spill: {spill} holds uncommitted data of a crashed writer; opening "
+        "the partition for writing (or recover()) deletes it",
+        "1 problem(s)",
+    ]
+    Partition(path).close()
+    assert not spill.exists()
+    assert txstore("check", str(path)).stdout.strip().endswith("ok")
 
 
 def test_demo_runs_end_to_end_without_spark(tmp_path: Path) -> None:

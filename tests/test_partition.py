@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from txstore.errors import (
 )
 from txstore.iterators import KeyRange
 from txstore.kv_bytes import BytesKeyValueStore, MemoryPartition
-from txstore.partition import Partition
+from txstore.partition import Partition, writer_probe
 from txstore.partition_base import PartitionBase
 
 META = {"kind": "key_value", "format": "plain", "config": {"retention": 10}, "format_version": 1}
@@ -308,6 +309,37 @@ def test_second_writer_process_is_refused(tmp_path: Path) -> None:
         proc.stderr.close()
     with Partition(path):  # the lock died with the process
         pass
+
+
+def test_opening_writer_waits_out_an_inspector_probe(tmp_path: Path) -> None:
+    """An inspector asking whether a writer is alive (``writer_probe``, as ``txstore check``
+    does) holds ``writer.lock`` shared for a moment; a writer process opening the partition
+    meanwhile waits for it rather than failing as if another writer held the lock. A live
+    writer is seen as alive, and no longer once SIGKILLed (the OS drops its flock)."""
+    path = tmp_path / "p"
+    Partition(path).close()
+    with writer_probe(path) as alive:
+        assert alive is False
+        proc = child.spawn("open-then-hold-writer", path)
+        child.wait_line(proc, "OPENING")
+        time.sleep(0.7)  # the child is trying to take the lock now
+        assert proc.poll() is None
+    try:
+        child.wait_line(proc, "READY")  # opened once the probe ended
+        with writer_probe(path) as alive:
+            assert alive is True
+        with pytest.raises(InvalidStateStoreError, match="open for writing by another process"):
+            Partition(path)  # a second writer still fails at once
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+    with writer_probe(path) as alive:
+        assert alive is False
+    with writer_probe(tmp_path / "never-opened") as alive:
+        assert alive is False  # no writer.lock: no writer ever opened it
 
 
 def test_inherited_partition_is_unusable_after_fork(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from txstore import codecs
 from txstore.catalog import RowDecoder, open_view
 from txstore.changelog import FileChangelog
 from txstore.errors import InvalidArgumentError, TxStoreError
-from txstore.partition import Partition
+from txstore.partition import Partition, writer_probe
 from txstore.statedir import partition_dirs
 
 __all__ = ["Problem", "check", "dump", "get", "offsets", "partitions_of", "stat"]
@@ -198,33 +198,59 @@ class Problem:
 
 @dataclass
 class CheckReport:
-    """What :func:`check` verified and found."""
+    """What :func:`check` verified and found: ``problems``, and ``notes`` on things that look
+    unusual but are fine (the spill of a live writer)."""
 
     partitions: int = 0
     stores: int = 0
     rows_read: int = 0
     changelog_records: int = 0
     problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
+def _holds_files(path: Path) -> bool:
+    """Whether directory ``path`` exists and is not empty (a live writer may delete it)."""
+    try:
+        return any(path.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _check_spill(number: int | None, pdir: Path, report: CheckReport) -> None:
+    """A non-empty ``spill/`` is the uncommitted overlay of the partition's writer: fine while
+    that writer lives (it holds ``writer.lock``), a leftover if it crashed."""
+    spill = pdir / "spill"
+    if not _holds_files(spill):
+        return
+    with writer_probe(pdir) as alive:
+        if alive:
+            report.notes.append(
+                Problem(number, "spill of a live writer", f"{spill} holds the uncommitted "
+                        "writes of the process that has the partition open for writing (fine)")
+            )  # fmt: skip
+        elif _holds_files(spill):  # looked at again while no writer can open the partition
+            whose = "a crashed writer" if alive is False else "a writer that may be dead"
+            report.problems.append(
+                Problem(number, "leftover spill", f"{spill} holds uncommitted data of {whose}; "
+                        "opening the partition for writing (or recover()) deletes it")
+            )  # fmt: skip
+
+
 def check(path: str | os.PathLike[str]) -> CheckReport:
     """Verify a partition or state directory: every store's metadata is readable and names a
     known kind, every committed row decodes with the store's format (reading every LMDB page),
     every changelog record passes its checksum, no store is ahead of its changelog, and no
-    spilled uncommitted data was left behind by a crash."""
+    spilled uncommitted data was left behind by a crashed writer (the spill of a live writer is
+    a note, not a problem)."""
     report = CheckReport()
     for number, pdir in partitions_of(path).items():
         report.partitions += 1
-        spill = pdir / "spill"
-        if spill.is_dir() and any(spill.iterdir()):
-            report.problems.append(
-                Problem(number, "leftover spill", f"{spill} holds uncommitted data of a crashed "
-                        "writer; opening the partition for writing (or recover()) deletes it")
-            )  # fmt: skip
+        _check_spill(number, pdir, report)
         try:
             part = Partition(pdir, readonly=True)
         except TxStoreError as exc:

@@ -58,6 +58,8 @@ def _text(value: Any) -> str:
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, admin.Problem):  # check's problems and notes, as objects
+        return _jsonable(value.__dict__)
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, dict):
@@ -149,8 +151,9 @@ def _run(args: argparse.Namespace) -> int:
     else:
         read = f"{report.rows_read:,} rows and {report.changelog_records:,} changelog records"
         print(f"{report.partitions} partition(s), {report.stores} store(s), {read} read")
-        for p in report.problems:
-            where = "" if p.partition is None else f"partition {p.partition}: "
-            print(f"PROBLEM {where}{p.what}: {p.detail}")
+        for label, found in (("NOTE", report.notes), ("PROBLEM", report.problems)):
+            for p in found:
+                where = "" if p.partition is None else f"partition {p.partition}: "
+                print(f"{label} {where}{p.what}: {p.detail}")
         print("ok" if report.ok else f"{len(report.problems)} problem(s)")
     return 0 if report.ok else 1

@@ -11,7 +11,10 @@ Layout of a partition directory::
                       while some uncommitted writes are spilled; it is deleted at open, at
                       recover and after the commit that empties it. Never read by other
                       processes.
-        writer.lock   ``flock``-ed by the one process that has the partition open for writing.
+        writer.lock   ``flock``-ed by the one process that has the partition open for writing,
+                      for its lifetime (the OS drops the lock when that process dies, even by
+                      SIGKILL); inspectors ask whether a writer is alive with
+                      :func:`writer_probe`.
 
 A store owns named databases: its main one is named after the store (UTF-8); a store of a later
 kind may own more (window segments ``<store>.<segmentStart>``) and stage "drop this database".
@@ -48,7 +51,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import lmdb
@@ -90,11 +94,84 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Partition"]
+__all__ = ["INSPECTOR_WAIT_S", "WRITER_LOCK", "Partition", "writer_probe"]
 
 T = TypeVar("T")
 
 _META_PREFIX: Final = b"meta:"
+
+WRITER_LOCK: Final = "writer.lock"
+"""The file of a partition directory its writer ``flock``s exclusively for its lifetime."""
+INSPECTOR_WAIT_S: Final = 5.0
+"""How long an opening writer waits while ``writer.lock`` is held *shared*, by inspectors
+(:func:`writer_probe`, each for a moment). An exclusive holder (another writer) fails it at
+once."""
+
+
+@contextlib.contextmanager
+def writer_probe(path: str | os.PathLike[str]) -> Iterator[bool | None]:
+    """Whether a process has the partition directory ``path`` open for writing; for inspectors
+    that may run next to a live writer (``txstore check``).
+
+    Yields True if one has: its exclusive ``flock`` of ``writer.lock`` is held, and the OS
+    releases that lock when the process dies, even by SIGKILL. Yields False if none has; then
+    none can open it until the ``with`` block ends (the probe holds the lock shared and an
+    opening writer waits for it, up to :data:`INSPECTOR_WAIT_S`), so whatever the block finds
+    in the directory was left by writers that are gone. Keep the block short. Yields None when
+    this cannot be told (no ``flock``: Windows, some network filesystems). Never creates the
+    lock file: without one, no writer ever opened the partition (False).
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        yield None
+        return
+    try:
+        fd = os.open(os.path.join(os.fspath(path), WRITER_LOCK), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield False
+        return
+    except OSError:
+        yield None
+        return
+    try:
+        alive: bool | None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            alive = False
+        except BlockingIOError:
+            alive = True
+        except OSError:
+            alive = None
+        yield alive
+    finally:
+        os.close(fd)  # releases the shared lock
+
+
+def _lock_exclusive(fd: int, path: str) -> None:
+    """Take the writer lock on ``fd``, waiting out inspectors that hold it shared for a moment
+    (:func:`writer_probe`); raise ``InvalidStateStoreError`` if another writer holds it."""
+    deadline = time.monotonic() + INSPECTOR_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            held = exc
+        # Held exclusively (another writer, for its lifetime) or shared (inspectors): a shared
+        # request succeeds only in the second case.
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            raise InvalidStateStoreError(
+                f"partition {path!r} is open for writing by another process; open it with "
+                "readonly=True, or stop that process"
+            ) from held
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        if time.monotonic() >= deadline:
+            raise InvalidStateStoreError(
+                f"partition {path!r}: inspecting processes (txstore check) kept its "
+                f"{WRITER_LOCK} locked for {INSPECTOR_WAIT_S:g} s; stop them and open it again"
+            ) from held
+        time.sleep(0.002)
 
 
 class Partition(PartitionBase):
@@ -194,15 +271,12 @@ class Partition(PartitionBase):
         if fcntl is None:  # pragma: no cover - Windows: LMDB's own writer lock only
             return
         assert self.path is not None
-        fd = os.open(os.path.join(self.path, "writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(self.path, WRITER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+            _lock_exclusive(fd, self.path)
+        except BaseException:
             os.close(fd)
-            raise InvalidStateStoreError(
-                f"partition {self.path!r} is open for writing by another process; open it with "
-                "readonly=True, or stop that process"
-            ) from exc
+            raise
         self._lock_fd = fd
 
     def _release(self) -> None:
