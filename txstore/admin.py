@@ -273,10 +273,15 @@ def check(path: str | os.PathLike[str]) -> CheckReport:
                 log_dir = pdir / "changelog" / name
                 if not log_dir.is_dir():
                     continue
+                # The store's offset is read before the changelog is opened (its committed end
+                # is fixed at open): a live task commits its changelog before its stores, so
+                # read in this order the store is never ahead, and read the other way a commit
+                # in between made a healthy store look ahead of its changelog.
+                store_offset = part.committed_offset(name) or 0
                 try:
                     with FileChangelog(log_dir, readonly=True) as log:
                         report.changelog_records += log.verify()
-                        ahead = (part.committed_offset(name) or 0) - log.committed_end_offset
+                        ahead = store_offset - log.committed_end_offset
                 except TxStoreError as exc:
                     report.problems.append(Problem(number, f"changelog {name!r}", str(exc)))
                     continue
