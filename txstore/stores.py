@@ -13,7 +13,7 @@ uses. See ``docs/stores.md`` for the full mapping.
 
 >>> import tempfile, txstore
 >>> from txstore import Serdes, ValueAndTimestamp
->>> with txstore.open(tempfile.mkdtemp()) as db:
+>>> with tempfile.TemporaryDirectory() as d, txstore.open(d) as db:
 ...     counts = Stores.timestamped_key_value_store_builder(
 ...         Stores.persistent_timestamped_key_value_store("counts"),
 ...         Serdes.string(), Serdes.long()).build(db)
@@ -95,7 +95,10 @@ class WindowBytesStoreSupplier:
 
     Validated as Kafka's ``Stores`` does: no negative retention or window size, and a
     retention no smaller than the window size. ``segment_interval`` defaults (in the
-    factories) to ``max(retention // 2, 60000)``.
+    factories) to ``max(retention // 2, 60000)``. Create one with the ``Stores`` window
+    factories; construction is O(1) and raises
+    :class:`~txstore.errors.InvalidArgumentError` (bad name, format, duration or interval) or
+    :class:`~txstore.errors.InvalidTypeError` (a flag that is not a ``bool``).
     """
 
     name: str
@@ -129,7 +132,12 @@ class WindowBytesStoreSupplier:
 
 @dataclass(frozen=True)
 class SessionBytesStoreSupplier:
-    """Where a session store's bytes live, their format, retention and segments."""
+    """Where a session store's bytes live, their format, retention and segments.
+
+    Create one with the ``Stores`` session factories; construction is O(1) and raises
+    :class:`~txstore.errors.InvalidArgumentError` (bad name, format, retention or interval) or
+    :class:`~txstore.errors.InvalidTypeError` (a flag that is not a ``bool``).
+    """
 
     name: str
     persistent: bool
@@ -177,7 +185,11 @@ def _session(
 
 @dataclass(frozen=True)
 class WindowStoreBuilder(Generic[K, V]):
-    """A window supplier plus serdes and the format the store is used in."""
+    """A window supplier plus serdes and the format the store is used in.
+
+    Create one with :meth:`Stores.window_store_builder` (or its timestamped and headers
+    variants); ``build(db)`` opens the store.
+    """
 
     supplier: WindowBytesStoreSupplier
     key_serde: Serde[K]
@@ -191,10 +203,21 @@ class WindowStoreBuilder(Generic[K, V]):
 
     @property
     def name(self) -> str:
+        """The store's name (the supplier's). O(1)."""
         return self.supplier.name
 
     def build(self, db: Database | None = None) -> WindowStore[K, V]:
-        """Open the store in ``db`` (in-memory stores need no database)."""
+        """Open the window store in ``db`` (in-memory stores need no database).
+
+        Persistent: a few LMDB read transactions over the partition's metadata (O(stores) for
+        the name check) and the segment registry (O(segments)), plus one LMDB write
+        transaction on first open or a format upgrade; in-memory: O(1).
+        Raises :class:`~txstore.errors.InvalidArgumentError` for a persistent store without a
+        database, an in-memory one with a database, a store already open in ``db``, a name
+        that collides with another store's databases or a format downgrade;
+        :class:`~txstore.errors.ConfigConflictError` if the configuration on disk differs
+        (serdes, retention...); :class:`~txstore.errors.StoreClosedError` if ``db`` is closed.
+        """
         if db is None:
             if self.supplier.persistent:
                 raise InvalidArgumentError(
@@ -208,7 +231,11 @@ class WindowStoreBuilder(Generic[K, V]):
 
 @dataclass(frozen=True)
 class SessionStoreBuilder(Generic[K, V]):
-    """A session supplier plus serdes and the format the store is used in."""
+    """A session supplier plus serdes and the format the store is used in.
+
+    Create one with :meth:`Stores.session_store_builder` (or
+    :meth:`Stores.session_store_with_headers_builder`); ``build(db)`` opens the store.
+    """
 
     supplier: SessionBytesStoreSupplier
     key_serde: Serde[K]
@@ -222,10 +249,21 @@ class SessionStoreBuilder(Generic[K, V]):
 
     @property
     def name(self) -> str:
+        """The store's name (the supplier's). O(1)."""
         return self.supplier.name
 
     def build(self, db: Database | None = None) -> SessionStore[K, V]:
-        """Open the store in ``db`` (in-memory stores need no database)."""
+        """Open the session store in ``db`` (in-memory stores need no database).
+
+        Persistent: a few LMDB read transactions over the partition's metadata (O(stores) for
+        the name check) and the segment registry (O(segments)), plus one LMDB write
+        transaction on first open or a format upgrade; in-memory: O(1).
+        Raises :class:`~txstore.errors.InvalidArgumentError` for a persistent store without a
+        database, an in-memory one with a database, a store already open in ``db``, a name
+        that collides with another store's databases or a format downgrade;
+        :class:`~txstore.errors.ConfigConflictError` if the configuration on disk differs
+        (serdes, retention...); :class:`~txstore.errors.StoreClosedError` if ``db`` is closed.
+        """
         if db is None:
             if self.supplier.persistent:
                 raise InvalidArgumentError(
@@ -239,7 +277,12 @@ class SessionStoreBuilder(Generic[K, V]):
 
 @dataclass(frozen=True)
 class KeyValueStoreSupplier:
-    """Where a key-value store's bytes live and their format."""
+    """Where a key-value store's bytes live and their format.
+
+    Create one with the ``Stores`` key-value factories; construction is O(1) and raises
+    :class:`~txstore.errors.InvalidTypeError` or :class:`~txstore.errors.InvalidArgumentError`
+    for a bad name or a non-``bool`` ``transactional``.
+    """
 
     name: str
     persistent: bool
@@ -254,7 +297,11 @@ class KeyValueStoreSupplier:
 
 @dataclass(frozen=True)
 class KeyValueStoreBuilder(Generic[K, V]):
-    """A supplier plus serdes and the format the store is used in; ``build()`` opens it."""
+    """A supplier plus serdes and the format the store is used in; ``build()`` opens it.
+
+    Create one with :meth:`Stores.key_value_store_builder` (or its timestamped and headers
+    variants).
+    """
 
     supplier: KeyValueStoreSupplier
     key_serde: Serde[K]
@@ -266,10 +313,34 @@ class KeyValueStoreBuilder(Generic[K, V]):
 
     @property
     def name(self) -> str:
+        """The store's name (the supplier's). O(1)."""
         return self.supplier.name
 
     def build(self, db: Database | None = None) -> KeyValueStore[K, V]:
-        """Open the store in ``db`` (in-memory stores need no database)."""
+        """Open the key-value store in ``db`` (in-memory stores need no database).
+
+        Persistent: a few LMDB read transactions over the partition's metadata (O(stores) for
+        the name check), plus one LMDB write transaction on first open or a format upgrade;
+        in-memory: O(1).
+        Raises :class:`~txstore.errors.InvalidArgumentError` for a persistent store without a
+        database, an in-memory one with a database, a store already open in ``db``, a name
+        that collides with another store's databases or a format downgrade;
+        :class:`~txstore.errors.ConfigConflictError` if the configuration on disk differs
+        (serdes, retention...); :class:`~txstore.errors.StoreClosedError` if ``db`` is closed.
+
+        >>> from txstore import Serdes
+        >>> cache = Stores.key_value_store_builder(
+        ...     Stores.in_memory_key_value_store("cache"), Serdes.string(), Serdes.long())
+        >>> with cache.build() as store:
+        ...     store.put("a", 1)
+        ...     store.get("a")
+        1
+        >>> Stores.key_value_store_builder(
+        ...     Stores.persistent_key_value_store("kept"), Serdes.string(), Serdes.long()).build()
+        Traceback (most recent call last):
+        ...
+        txstore.errors.InvalidArgumentError: persistent store 'kept' needs a database: ...
+        """
         if db is None:
             if self.supplier.persistent:
                 raise InvalidArgumentError(
@@ -282,55 +353,101 @@ class KeyValueStoreBuilder(Generic[K, V]):
 
 
 class Stores:
-    """Factories for store suppliers and builders (Kafka's ``Stores``)."""
+    """Factories for store suppliers and builders (Kafka's ``Stores``).
+
+    Every factory is O(1): it validates its arguments and returns a frozen dataclass; nothing
+    touches disk until a builder's ``build(db)``. Durations are ``int`` milliseconds or
+    ``datetime.timedelta``; window and session segments span ``max(retention // 2, 60000)`` ms.
+
+    Suppliers raise :class:`~txstore.errors.InvalidTypeError` for a name that is not a ``str``,
+    a duration that is neither ``int`` nor ``timedelta`` or a flag that is not a ``bool``, and
+    :class:`~txstore.errors.InvalidArgumentError` for an empty name, a ``None`` or negative
+    duration, or a window size above the retention (the other name rules, such as the
+    reserved ``__txstore`` prefix, are checked by ``build``). Builders raise
+    ``InvalidTypeError`` for a serde without ``name``, ``serialize()`` and ``deserialize()``
+    (window and session builders also for a supplier of another kind). A persistent supplier
+    in a richer format than its builder's makes ``build(db)`` raise ``InvalidArgumentError``
+    (a downgrade would drop timestamps or headers); a poorer one is adapted.
+
+    >>> import datetime
+    >>> clicks = Stores.persistent_window_store(
+    ...     "clicks", datetime.timedelta(hours=1), 60_000, False)
+    >>> clicks.retention_period, clicks.segment_interval
+    (3600000, 1800000)
+    >>> Stores.persistent_window_store("clicks", 1_000, 60_000, False)
+    Traceback (most recent call last):
+    ...
+    txstore.errors.InvalidArgumentError: The retention period of the window store clicks ...
+    """
 
     @staticmethod
     def persistent_key_value_store(
         name: str, *, transactional: bool = True
     ) -> KeyValueStoreSupplier:
-        """A plain key-value store in the partition's LMDB environment."""
+        """A plain key-value store in the partition's LMDB environment.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreSupplier(name, True, ValueFormat.PLAIN, transactional)
 
     @staticmethod
     def persistent_timestamped_key_value_store(
         name: str, *, transactional: bool = True
     ) -> KeyValueStoreSupplier:
-        """A key-value store of ``[ts][value]`` values (KIP-258)."""
+        """A key-value store of ``[ts][value]`` values (KIP-258).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreSupplier(name, True, ValueFormat.TIMESTAMPED, transactional)
 
     @staticmethod
     def persistent_timestamped_key_value_store_with_headers(
         name: str, *, transactional: bool = True
     ) -> KeyValueStoreSupplier:
-        """A key-value store of ``[headers][ts][value]`` values (KIP-1271)."""
+        """A key-value store of ``[headers][ts][value]`` values (KIP-1271).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreSupplier(name, True, ValueFormat.HEADERS, transactional)
 
     @staticmethod
     def in_memory_key_value_store(
         name: str, *, transactional: bool = True
     ) -> KeyValueStoreSupplier:
-        """A plain key-value store held in memory (lost on close)."""
+        """A plain key-value store held in memory (lost on close).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreSupplier(name, False, ValueFormat.PLAIN, transactional)
 
     @staticmethod
     def in_memory_timestamped_key_value_store(
         name: str, *, transactional: bool = True
     ) -> KeyValueStoreSupplier:
-        """The in-memory counterpart of :meth:`persistent_timestamped_key_value_store`."""
+        """The in-memory counterpart of :meth:`persistent_timestamped_key_value_store`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreSupplier(name, False, ValueFormat.TIMESTAMPED, transactional)
 
     @staticmethod
     def in_memory_timestamped_key_value_store_with_headers(
         name: str, *, transactional: bool = True
     ) -> KeyValueStoreSupplier:
-        """The in-memory counterpart of the timestamped store with headers."""
+        """The in-memory counterpart of the timestamped store with headers.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreSupplier(name, False, ValueFormat.HEADERS, transactional)
 
     @staticmethod
     def key_value_store_builder(
         supplier: KeyValueStoreSupplier, key_serde: Serde[K], value_serde: Serde[V]
     ) -> KeyValueStoreBuilder[K, V]:
-        """A builder of plain ``KeyValueStore[K, V]`` stores."""
+        """A builder of plain ``KeyValueStore[K, V]`` stores.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreBuilder(supplier, key_serde, value_serde, ValueFormat.PLAIN)
 
     @staticmethod
@@ -339,7 +456,9 @@ class Stores:
     ) -> KeyValueStoreBuilder[K, Any]:
         """A builder of stores whose values are :class:`~txstore.types.ValueAndTimestamp`.
 
-        Over a plain supplier, values are adapted: reads get timestamp -1, writes drop it.
+        Over a plain persistent supplier, values are adapted: reads get timestamp -1, writes
+        drop it.
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
         return KeyValueStoreBuilder(supplier, key_serde, value_serde, ValueFormat.TIMESTAMPED)
 
@@ -347,7 +466,10 @@ class Stores:
     def timestamped_key_value_store_with_headers_builder(
         supplier: KeyValueStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
     ) -> KeyValueStoreBuilder[K, Any]:
-        """A builder of stores whose values are :class:`~txstore.types.ValueTimestampHeaders`."""
+        """A builder of stores whose values are :class:`~txstore.types.ValueTimestampHeaders`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return KeyValueStoreBuilder(supplier, key_serde, value_serde, ValueFormat.HEADERS)
 
     # ---- window stores ----------------------------------------------------------------
@@ -362,7 +484,10 @@ class Stores:
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
         """A window store of plain ``[value]`` values, segments of ``max(retention // 2,
-        60000)`` ms (Kafka's ``persistentWindowStore``)."""
+        60000)`` ms (Kafka's ``persistentWindowStore``).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name, retention_period, window_size, retain_duplicates, True, PLAIN, transactional
         )
@@ -376,7 +501,10 @@ class Stores:
         *,
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
-        """A window store of ``[ts][value]`` values (KIP-258)."""
+        """A window store of ``[ts][value]`` values (KIP-258).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name, retention_period, window_size, retain_duplicates, True, TIMESTAMPED, transactional
         )
@@ -390,7 +518,10 @@ class Stores:
         *,
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
-        """A window store of ``[headersSize][headers][ts][value]`` values (KIP-1271)."""
+        """A window store of ``[headersSize][headers][ts][value]`` values (KIP-1271).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name, retention_period, window_size, retain_duplicates, True, HEADERS, transactional
         )
@@ -405,7 +536,10 @@ class Stores:
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
         """The plain window store with headers (WindowStoreWithHeaders proposal):
-        ``[headersSize][headers][value]``, 8 bytes a record smaller than the timestamped one."""
+        ``[headersSize][headers][value]``, 8 bytes a record smaller than the timestamped one.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name,
             retention_period,
@@ -426,7 +560,10 @@ class Stores:
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
         """A window store held in memory (Kafka's ``inMemoryWindowStore``): lost on close,
-        records expire one by one."""
+        records expire one by one.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name, retention_period, window_size, retain_duplicates, False, PLAIN, transactional
         )
@@ -440,7 +577,10 @@ class Stores:
         *,
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
-        """The in-memory counterpart of :meth:`persistent_timestamped_window_store`."""
+        """The in-memory counterpart of :meth:`persistent_timestamped_window_store`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name,
             retention_period,
@@ -460,7 +600,10 @@ class Stores:
         *,
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
-        """The in-memory counterpart of :meth:`persistent_timestamped_window_store_with_headers`."""
+        """The in-memory counterpart of :meth:`persistent_timestamped_window_store_with_headers`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name, retention_period, window_size, retain_duplicates, False, HEADERS, transactional
         )
@@ -474,7 +617,10 @@ class Stores:
         *,
         transactional: bool = True,
     ) -> WindowBytesStoreSupplier:
-        """The in-memory counterpart of :meth:`persistent_window_store_with_headers`."""
+        """The in-memory counterpart of :meth:`persistent_window_store_with_headers`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _window(
             name,
             retention_period,
@@ -489,28 +635,40 @@ class Stores:
     def window_store_builder(
         supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[V]
     ) -> WindowStoreBuilder[K, V]:
-        """A builder of plain ``WindowStore[K, V]`` stores."""
+        """A builder of plain ``WindowStore[K, V]`` stores.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return WindowStoreBuilder(supplier, key_serde, value_serde, PLAIN)
 
     @staticmethod
     def timestamped_window_store_builder(
         supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
     ) -> WindowStoreBuilder[K, Any]:
-        """A builder of window stores of :class:`~txstore.types.ValueAndTimestamp` values."""
+        """A builder of window stores of :class:`~txstore.types.ValueAndTimestamp` values.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return WindowStoreBuilder(supplier, key_serde, value_serde, TIMESTAMPED)
 
     @staticmethod
     def timestamped_window_store_with_headers_builder(
         supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
     ) -> WindowStoreBuilder[K, Any]:
-        """A builder of window stores of :class:`~txstore.types.ValueTimestampHeaders`."""
+        """A builder of window stores of :class:`~txstore.types.ValueTimestampHeaders`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return WindowStoreBuilder(supplier, key_serde, value_serde, HEADERS)
 
     @staticmethod
     def window_store_with_headers_builder(
         supplier: WindowBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
     ) -> WindowStoreBuilder[K, Any]:
-        """A builder of window stores of :class:`~txstore.types.ValueAndHeaders` values."""
+        """A builder of window stores of :class:`~txstore.types.ValueAndHeaders` values.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return WindowStoreBuilder(supplier, key_serde, value_serde, PLAIN_HEADERS)
 
     # ---- session stores ---------------------------------------------------------------
@@ -519,40 +677,58 @@ class Stores:
     def persistent_session_store(
         name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
     ) -> SessionBytesStoreSupplier:
-        """A session store of plain aggregations, segmented by session end."""
+        """A session store of plain aggregations, segmented by session end.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _session(name, retention_period, True, PLAIN, transactional)
 
     @staticmethod
     def persistent_session_store_with_headers(
         name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
     ) -> SessionBytesStoreSupplier:
-        """A session store of ``[headersSize][headers][aggregation]`` values (KIP-1271)."""
+        """A session store of ``[headersSize][headers][aggregation]`` values (KIP-1271).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _session(name, retention_period, True, PLAIN_HEADERS, transactional)
 
     @staticmethod
     def in_memory_session_store(
         name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
     ) -> SessionBytesStoreSupplier:
-        """A session store held in memory (also answers the time-only ``find_sessions``)."""
+        """A session store held in memory (also answers the time-only ``find_sessions``).
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _session(name, retention_period, False, PLAIN, transactional)
 
     @staticmethod
     def in_memory_session_store_with_headers(
         name: str, retention_period: int | _dt.timedelta, *, transactional: bool = True
     ) -> SessionBytesStoreSupplier:
-        """The in-memory counterpart of :meth:`persistent_session_store_with_headers`."""
+        """The in-memory counterpart of :meth:`persistent_session_store_with_headers`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return _session(name, retention_period, False, PLAIN_HEADERS, transactional)
 
     @staticmethod
     def session_store_builder(
         supplier: SessionBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[V]
     ) -> SessionStoreBuilder[K, V]:
-        """A builder of plain ``SessionStore[K, V]`` stores."""
+        """A builder of plain ``SessionStore[K, V]`` stores.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return SessionStoreBuilder(supplier, key_serde, value_serde, PLAIN)
 
     @staticmethod
     def session_store_with_headers_builder(
         supplier: SessionBytesStoreSupplier, key_serde: Serde[K], value_serde: Serde[Any]
     ) -> SessionStoreBuilder[K, Any]:
-        """A builder of session stores of :class:`~txstore.types.AggregationWithHeaders`."""
+        """A builder of session stores of :class:`~txstore.types.AggregationWithHeaders`.
+
+        O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
+        """
         return SessionStoreBuilder(supplier, key_serde, value_serde, PLAIN_HEADERS)
