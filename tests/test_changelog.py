@@ -269,22 +269,47 @@ def _flip(path: Path, pos: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def _corrupt_message(path: Path, what: str, pos: int, offset: int, marker: int | None) -> str:
+    committed = (
+        "this is committed data"
+        if marker is None
+        else f"the commit marker at byte {marker} makes it committed data"
+    )
+    return (
+        f"changelog corrupt: {what} in {path} at byte {pos} (records from offset {offset} on); "
+        f"{committed}, which txstore does not drop silently. Restore the directory from a "
+        "backup, or delete the changelog and rebuild it from the stores"
+    )
+
+
 def test_crc_failure_in_committed_data_names_file_and_offset(tmp_path: Path) -> None:
+    """One flipped byte inside committed data: opening the log fails with a message naming
+    the file, the byte where the bad frame starts, its first record offset, what failed, and
+    the commit marker after it. (It used to read "checksum mismatch before the commit marker
+    at byte 277 in FILE at byte 0 (records from offset 0)".)"""
     src = tmp_path / "src"
     size2, _ = _committed_log(src)
     seg_name = "00000000000000000000.log"
+    # Frames: batch [0, 277) offsets 0-9, marker [277, 341), batch [341, 440) offsets 10-11,
+    # marker [440, 504), then the 3rd transaction.
+    assert size2 == 504
+    torn = "a frame running past the end of the data (torn, or a corrupt length field)"
     # a byte in the 1st batch's values, in the 2nd batch's last bytes, and in the 1st frame's
     # length field (the frame chain breaks there): all inside data closed by a valid marker
-    cases = [(HEADER_SIZE + 200, 0), (size2 - 64 - 3, 10), (13, 0)]
-    for pos, offset in cases:
-        work = tmp_path / f"w{pos}"
+    cases = [
+        (HEADER_SIZE + 200, "checksum mismatch", 0, 0, 277),
+        (size2 - 64 - 3, "checksum mismatch", 341, 10, 440),
+        (13, torn, 0, 0, 277),
+    ]
+    for flipped, what, pos, offset, marker in cases:
+        work = tmp_path / f"w{flipped}"
         shutil.copytree(src, work)
-        _flip(work / seg_name, pos)
+        _flip(work / seg_name, flipped)
         with pytest.raises(ChangelogCorruptionError) as err:
             open_log(work)
+        assert str(err.value) == _corrupt_message(work / seg_name, what, pos, offset, marker)
         assert err.value.path == str(work / seg_name)
-        assert err.value.offset == offset and str(work / seg_name) in str(err.value)
-        assert f"at byte {err.value.position}" in str(err.value)
+        assert (err.value.position, err.value.offset) == (pos, offset)
         assert os.path.getsize(work / seg_name) == os.path.getsize(src / seg_name)  # untouched
 
 
@@ -296,12 +321,19 @@ def test_corruption_in_closed_segment_is_found_when_read(tmp_path: Path) -> None
     names = segs(tmp_path)
     assert len(names) >= 3
     _flip(tmp_path / names[1], HEADER_SIZE + 40)  # inside a closed segment's batch
+    base = int(names[1][:20])
+    message = _corrupt_message(tmp_path / names[1], "checksum mismatch", 0, base, None)
     with open_log(tmp_path) as log:  # open reads closed segments' trailing markers only
-        with pytest.raises(ChangelogCorruptionError, match=names[1]) as err:
+        with pytest.raises(ChangelogCorruptionError) as err:
             log.verify()
-        assert err.value.offset == int(names[1][:20])
+        assert str(err.value) == message and err.value.offset == base
         with log.read_committed(0) as it:
             assert next(it).offset == 0  # the segment before it is fine
+        # read from inside that segment: the message still names the bad frame's first
+        # record offset, not the offset the reader started at
+        with pytest.raises(ChangelogCorruptionError) as err, log.read_committed(base + 2) as it:
+            list(it)
+        assert str(err.value) == message
     _flip(tmp_path / names[1], os.path.getsize(tmp_path / names[1]) - 10)  # its last marker
     with pytest.raises(ChangelogCorruptionError, match="does not end with a valid commit"):
         open_log(tmp_path)

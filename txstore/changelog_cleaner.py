@@ -37,6 +37,7 @@ from txstore.changelog_format import (
     corruption,
     decode_batch,
     decode_marker,
+    frame_problem,
     marker_frame,
 )
 from txstore.changelog_segments import (
@@ -88,7 +89,7 @@ def _frames(seg: Segment) -> Iterator[Frame]:
             if not isinstance(frame, Frame):
                 if frame == "eof":
                     return
-                raise corruption(seg.path, reader.pos, None, f"a {frame} frame")
+                raise corruption(seg.path, reader.pos, None, frame_problem(frame))
             if not frame.crc_ok:
                 raise corruption(seg.path, frame.pos, None, "checksum mismatch")
             yield frame

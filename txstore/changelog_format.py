@@ -430,15 +430,43 @@ def decode_batch(frame: Frame, *, keys_only: bool = False) -> Columns:
     return Columns(offsets, keys, values, timestamps, headers, horizon, max_ts)
 
 
-def corruption(path: str, pos: int, offset: int | None, what: str) -> ChangelogCorruptionError:
-    """A :class:`ChangelogCorruptionError` naming the file, the byte position and the offset."""
+_FRAME_PROBLEMS: Final = {
+    TORN: "a frame running past the end of the data (torn, or a corrupt length field)",
+    BAD_HEADER: "a bad frame header (magic, version, type, flags or length)",
+}
+
+
+def frame_problem(kind: str) -> str:
+    """What a :meth:`FrameReader.next` result other than a frame or EOF says went wrong."""
+    return _FRAME_PROBLEMS.get(kind, f"a {kind} frame")
+
+
+def corruption(
+    path: str, pos: int, offset: int | None, what: str, *, marker_pos: int | None = None
+) -> ChangelogCorruptionError:
+    """A :class:`ChangelogCorruptionError`: ``what`` failed (e.g. "checksum mismatch") in the
+    segment file ``path`` at byte ``pos``, where the records from ``offset`` on were expected
+    (None: unknown). ``marker_pos``, when a scan found it, is the byte position of the valid
+    commit marker after the bad bytes, which makes them committed data.
+
+    >>> print(corruption("/log/00000000000000000000.log", 0, 0, "checksum mismatch",
+    ...                  marker_pos=277))  # doctest: +NORMALIZE_WHITESPACE
+    changelog corrupt: checksum mismatch in /log/00000000000000000000.log at byte 0 (records
+    from offset 0 on); the commit marker at byte 277 makes it committed data, which txstore
+    does not drop silently. Restore the directory from a backup, or delete the changelog and
+    rebuild it from the stores
+    """
     where = f"{path} at byte {pos}"
     if offset is not None:
-        where += f" (records from offset {offset})"
+        where += f" (records from offset {offset} on)"
+    if marker_pos is None:
+        committed = "this is committed data"
+    else:
+        committed = f"the commit marker at byte {marker_pos} makes it committed data"
     return ChangelogCorruptionError(
-        f"changelog corrupt: {what} in {where}. This is committed data: txstore does not drop "
-        "it silently. Restore the directory from a backup, or delete the changelog and rebuild "
-        "it from the stores",
+        f"changelog corrupt: {what} in {where}; {committed}, which txstore does not drop "
+        "silently. Restore the directory from a backup, or delete the changelog and rebuild it "
+        "from the stores",
         path=path,
         position=pos,
         offset=offset,

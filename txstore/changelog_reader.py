@@ -34,6 +34,7 @@ from txstore.changelog_format import (
     corruption,
     decode_batch,
     decode_marker,
+    frame_problem,
 )
 
 __all__ = ["BatchIterator", "ChangelogRecord", "RecordBatch", "RecordIterator", "SegmentRef"]
@@ -132,6 +133,9 @@ class BatchIterator:
         self._idx = _start_index(segments, from_offset)
         self._next = from_offset
         self._end = end
+        # Offset after the last batch read in the open file (its base offset at first): where
+        # the records of the frame read next start, at or after it (for corruption errors).
+        self._file_next = 0
         self._fd = -1
         self._frames: FrameReader | None = None
         self._path = ""
@@ -155,12 +159,14 @@ class BatchIterator:
                     self._close_fd()
                     self._idx += 1
                     continue
-                raise corruption(self._path, frames.pos, self._next, f"a {frame} frame")
+                raise corruption(self._path, frames.pos, self._file_next, frame_problem(frame))
             if not frame.crc_ok:
-                raise corruption(self._path, frame.pos, self._next, "checksum mismatch")
+                raise corruption(self._path, frame.pos, self._file_next, "checksum mismatch")
             if frame.ftype != T_BATCH:
                 if decode_marker(frame) is None:
-                    raise corruption(self._path, frame.pos, self._next, "malformed commit marker")
+                    raise corruption(
+                        self._path, frame.pos, self._file_next, "malformed commit marker"
+                    )
                 continue
             batch = self._batch(frame)
             if batch is not None:
@@ -170,11 +176,16 @@ class BatchIterator:
 
     def _batch(self, frame: Frame) -> RecordBatch | None:
         try:
-            if batch_info(frame).last_offset < self._next:
+            last = batch_info(frame).last_offset
+            if last < self._next:
+                self._file_next = last + 1
                 return None  # wholly before the start offset: not decoded
             cols = decode_batch(frame)
         except (ValueError, struct.error):
-            raise corruption(self._path, frame.pos, self._next, "malformed record batch") from None
+            raise corruption(
+                self._path, frame.pos, self._file_next, "malformed record batch"
+            ) from None
+        self._file_next = last + 1
         offsets = cols.offsets
         lo = 0 if offsets[0] >= self._next else bisect_left(offsets, self._next)
         hi = len(offsets) if offsets[-1] < self._end else bisect_left(offsets, self._end)
@@ -203,7 +214,7 @@ class BatchIterator:
                 self._relist()  # cleanup rewrote or deleted it: take a fresh list
                 continue
             limit = seg.limit if seg.ino == os.fstat(fd).st_ino else None
-            self._fd, self._path = fd, seg.path
+            self._fd, self._path, self._file_next = fd, seg.path, seg.base
             self._frames = FrameReader(fd, 0, limit)
             return True
         return False

@@ -34,6 +34,7 @@ from txstore.changelog_format import (
     corruption,
     decode_marker,
     find_valid_marker,
+    frame_problem,
     read_last_marker,
 )
 from txstore.errors import ConfigConflictError
@@ -263,15 +264,10 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
             if frame == "eof":
                 break
             if problem is None:
-                problem = (reader.pos, expected, f"a {frame} frame")
+                problem = (reader.pos, expected, frame_problem(frame))
             found = find_valid_marker(fd, problem[0] + 1, size)
             if found is not None:
-                raise corruption(
-                    seg_path,
-                    problem[0],
-                    problem[1],
-                    f"{problem[2]} before the commit marker at byte {found}",
-                )
+                raise corruption(seg_path, *problem, marker_pos=found)
             break
         if not frame.crc_ok:
             problem = problem or (frame.pos, expected, "checksum mismatch")
@@ -295,12 +291,7 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
             problem = problem or (frame.pos, expected, "malformed commit marker")
             continue
         if problem is not None:
-            raise corruption(
-                seg_path,
-                problem[0],
-                problem[1],
-                f"{problem[2]} before the commit marker at byte {frame.pos}",
-            )
+            raise corruption(seg_path, *problem, marker_pos=frame.pos)
         if (pending_txn is not None and m.txn_id != pending_txn) or m.end_offset < expected:
             raise corruption(
                 seg_path,
