@@ -4,8 +4,12 @@ A :class:`Database` is one partition (a task, in Kafka's words): one LMDB enviro
 every store of the partition as named databases, so that :meth:`Database.commit` can commit
 several stores in one LMDB transaction (atomic across stores, which Kafka cannot do).
 
+Costs: opening a store reads the partition's metadata (and, for window and session stores,
+their segment registry); writes are buffered in the partition's overlay, and a commit is one
+LMDB write transaction, synced unless the database was opened with ``sync=False``.
+
 >>> import tempfile, txstore
->>> with txstore.open(tempfile.mkdtemp()) as db:
+>>> with tempfile.TemporaryDirectory() as d, txstore.open(d) as db:
 ...     users = db.key_value_store("users", txstore.Serdes.string(), txstore.Serdes.json())
 ...     clicks = db.window_store("clicks", txstore.Serdes.string(), txstore.Serdes.long(),
 ...                              retention=3_600_000, window_size=60_000)
@@ -142,8 +146,10 @@ def _segmented_store(
 class Database:
     """One partition directory: its LMDB environment, its stores, and multi-store commits.
 
-    Open with :func:`txstore.open`. Thread model: one thread writes (puts and commits);
-    read-committed views may be read from any thread or process.
+    Open with :func:`txstore.open` (parameters and errors there). Thread model: one thread
+    writes (puts and commits); read-committed views may be read from any thread or process.
+    Every method but :meth:`close` and :meth:`store` raises
+    :class:`~txstore.errors.StoreClosedError` once the database is closed.
     """
 
     def __init__(
@@ -170,11 +176,12 @@ class Database:
 
     @property
     def path(self) -> str:
-        """The partition directory."""
+        """The partition directory. O(1)."""
         return str(self.partition.path)
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called (the environment is released). O(1)."""
         return bool(self.partition.closed)
 
     def _check_open(self) -> None:
@@ -204,6 +211,15 @@ class Database:
         :class:`~txstore.errors.ConfigConflictError`; with a later format (``PLAIN`` ->
         ``TIMESTAMPED`` -> ``HEADERS``) it upgrades the store lazily (:mod:`txstore.upgrade`);
         with an earlier one it raises ``ConfigConflictError`` (downgrades are refused).
+
+        Cost: a few short LMDB read transactions over the partition's metadata (the check
+        that the name collides with no other store's databases is O(stores)), plus one LMDB
+        write transaction when the store is created or upgraded. Also raises
+        :class:`~txstore.errors.InvalidArgumentError` for an in-memory supplier, a store
+        already open here, a name that collides with another store's segment or upgrade
+        databases, or a builder format older than the supplier's;
+        :class:`~txstore.errors.ReadOnlyError` for a store that does not exist in a read-only
+        database.
         """
         supplier = builder.supplier
         name = supplier.name
@@ -251,6 +267,9 @@ class Database:
         retain-duplicates and serdes; a reopen that contradicts it raises
         :class:`~txstore.errors.ConfigConflictError`, except a later format, which upgrades
         the store lazily (old segments keep their format) and an earlier one, refused.
+
+        Cost: as :meth:`open_key_value_store`, plus one read of the segment registry,
+        O(segments). Other errors as :meth:`open_key_value_store`.
         """
         supplier = builder.supplier
         self._check_open_store(supplier.name, supplier.persistent)
@@ -271,7 +290,10 @@ class Database:
 
     def open_session_store(self, builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
         """Open (creating on first use) the session store ``builder`` describes (checks as
-        :meth:`open_window_store`)."""
+        :meth:`open_window_store`).
+
+        Cost and errors as :meth:`open_window_store`.
+        """
         supplier = builder.supplier
         self._check_open_store(supplier.name, supplier.persistent)
         adapter = find_adapter("session", supplier.format, builder.format, supplier.name)
@@ -301,7 +323,17 @@ class Database:
         """Shortcut for ``Stores`` builder + ``build(db)``: a persistent key-value store.
 
         Serdes default to bytes; ``format`` is one of ``ValueFormat.PLAIN``, ``TIMESTAMPED``
-        and ``HEADERS``.
+        and ``HEADERS`` (another raises :class:`~txstore.errors.InvalidArgumentError`). Costs
+        and errors as :meth:`open_key_value_store`.
+
+        >>> import tempfile, txstore
+        >>> from txstore import Serdes, ValueAndTimestamp, ValueFormat
+        >>> with tempfile.TemporaryDirectory() as d, txstore.open(d) as db:
+        ...     seen = db.key_value_store("seen", Serdes.string(), Serdes.long(),
+        ...                               format=ValueFormat.TIMESTAMPED)
+        ...     seen.put("ada", ValueAndTimestamp(1, 1_700_000_000_000))
+        ...     seen.get("ada").timestamp
+        1700000000000
         """
         if not isinstance(format, ValueFormat) or format == ValueFormat.PLAIN_HEADERS:
             raise InvalidArgumentError(
@@ -331,7 +363,10 @@ class Database:
         """Shortcut for a ``Stores`` window supplier + builder + ``build(db)``.
 
         Serdes default to bytes; ``format`` is any of the four :class:`ValueFormat` s;
-        ``retention`` and ``window_size`` are milliseconds (or ``timedelta``).
+        ``retention`` and ``window_size`` are milliseconds (or ``timedelta``). Costs and
+        errors as :meth:`open_window_store`, plus the supplier's checks (see
+        :class:`~txstore.stores.Stores`): a window size above the retention raises
+        :class:`~txstore.errors.InvalidArgumentError`.
         """
         supplier = _window(
             name, retention, window_size, retain_duplicates, True, format, transactional
@@ -355,7 +390,11 @@ class Database:
         transactional: bool = True,
     ) -> SessionStore[K, Any]:
         """Shortcut for a ``Stores`` session supplier + builder + ``build(db)``; ``format`` is
-        ``PLAIN`` or ``PLAIN_HEADERS`` (:class:`~txstore.types.AggregationWithHeaders`)."""
+        ``PLAIN`` or ``PLAIN_HEADERS`` (:class:`~txstore.types.AggregationWithHeaders`).
+
+        Costs and errors as :meth:`open_window_store`; another format raises
+        :class:`~txstore.errors.InvalidArgumentError`.
+        """
         supplier = _session(name, retention, True, format, transactional)
         builder: SessionStoreBuilder[K, Any] = SessionStoreBuilder(
             supplier,
@@ -366,7 +405,11 @@ class Database:
         return self.open_session_store(builder)
 
     def store(self, name: str) -> Any:
-        """A store opened earlier through this database."""
+        """A store opened earlier through this database (possibly closed since).
+
+        O(1), a dict lookup. Raises :class:`~txstore.errors.InvalidArgumentError` for a name
+        not opened through this database.
+        """
         try:
             return self._stores[name]
         except KeyError:
@@ -375,7 +418,10 @@ class Database:
             ) from None
 
     def store_names(self) -> list[str]:
-        """Names of every store recorded in this partition, open or not."""
+        """Names of every store recorded in this partition, open or not, sorted.
+
+        One LMDB read transaction scanning the metadata database, O(stores).
+        """
         self._check_open()
         names: list[str] = self.partition.store_names()
         return names
@@ -383,9 +429,25 @@ class Database:
     def commit(self, offsets: Mapping[str, int]) -> None:
         """Commit several stores in one LMDB transaction, each with its changelog offset.
 
-        Either every named store's writes and offset become durable, or none do. An offset
+        Either every named store's writes and offset become durable, or none do. One LMDB
+        write transaction, synced unless ``sync=False``, applying the ``u`` staged writes of
+        those stores in key order: O(u log n) plus the sync. An offset that is negative or
         below a store's committed one raises :class:`~txstore.errors.OffsetError` before
-        anything is written.
+        anything is written; a non-mapping or a non-``int`` offset raises
+        :class:`~txstore.errors.InvalidTypeError`, a store not in this partition
+        :class:`~txstore.errors.InvalidArgumentError`, a read-only database
+        :class:`~txstore.errors.ReadOnlyError`.
+
+        >>> import tempfile, txstore
+        >>> with tempfile.TemporaryDirectory() as d, txstore.open(d) as db:
+        ...     a, b = db.key_value_store("a"), db.key_value_store("b")
+        ...     db.commit({"a": 5, "b": 5})
+        ...     a.put(b"k", b"v")
+        ...     try:
+        ...         db.commit({"a": 6, "b": 4})          # b would go backwards
+        ...     except txstore.OffsetError:
+        ...         print("refused:", a.committed_offset, b.committed_offset)
+        refused: 5 5
         """
         self._check_open()
         if not isinstance(offsets, Mapping):
@@ -396,13 +458,20 @@ class Database:
         """Copy this partition's committed state into the new directory ``dest``: LMDB's
         compacting copy taken in one read transaction, plus ``manifest.json`` with the stores,
         configurations and committed offsets of exactly that copy. Writers may keep running.
-        Returns the manifest (:mod:`txstore.snapshot`). O(committed data)."""
+        Returns the manifest (:mod:`txstore.snapshot`). O(committed data).
+
+        Raises :class:`~txstore.errors.InvalidArgumentError` if ``dest`` exists and is not an
+        empty directory.
+        """
         from txstore.snapshot import snapshot_partition
 
         return snapshot_partition(self.partition, dest)
 
     def close(self) -> None:
-        """Close every store and the environment; idempotent. Uncommitted writes are lost."""
+        """Close every store and the environment; idempotent. Uncommitted writes are lost.
+
+        O(open stores + their open iterators + staged writes); nothing is written.
+        """
         for store in self._stores.values():
             store.close()
         self.partition.close()
@@ -435,6 +504,15 @@ def open(
     uncommitted writes per store before they spill to disk. ``max_dbs`` is the size of this
     process's table of named-database handles (default
     :data:`~txstore.lmdb_env.DEFAULT_MAX_DBS`; see :class:`~txstore.partition.Partition`).
+
+    Cost: an ``lmdb.open`` and a check of stale reader slots; when writable also the
+    single-writer lock, the removal of a spill directory a crash left behind and one LMDB
+    write transaction; nothing proportional to the committed data. Raises
+    :class:`~txstore.errors.InvalidStateStoreError` if the partition is open for writing
+    by another process (or by another ``Database`` of this one): open it with
+    ``readonly=True``; :class:`~txstore.errors.StorageError` for a read-only open of a
+    directory that holds no partition; :class:`~txstore.errors.InvalidTypeError` or
+    :class:`~txstore.errors.InvalidArgumentError` for a size that is not a positive ``int``.
     """
     return Database(
         path,
@@ -450,7 +528,8 @@ def in_memory_key_value_store(builder: KeyValueStoreBuilder[K, V]) -> KeyValueSt
     """Build an in-memory key-value store (no files; its data is lost on close).
 
     Like Kafka's in-memory stores it is format-agnostic: it keeps its values in the builder's
-    format, whatever the supplier's (no adapter, nothing dropped).
+    format, whatever the supplier's (no adapter, nothing dropped). O(1); ``builder.build()``
+    calls it.
     """
     supplier = builder.supplier
     inner = BytesKeyValueStore(supplier.name, None, transactional=supplier.transactional)
@@ -461,7 +540,7 @@ def in_memory_key_value_store(builder: KeyValueStoreBuilder[K, V]) -> KeyValueSt
 
 def in_memory_window_store(builder: WindowStoreBuilder[K, V]) -> WindowStore[K, V]:
     """Build an in-memory window store (format-agnostic, see
-    :func:`in_memory_key_value_store`; Kafka's in-memory expiry rules)."""
+    :func:`in_memory_key_value_store`; Kafka's in-memory expiry rules). O(1)."""
     s = builder.supplier
     inner = _segmented_store(s.name, None, "window", s, builder.format)
     codec = value_codec(builder.format, builder.value_serde)
@@ -470,7 +549,7 @@ def in_memory_window_store(builder: WindowStoreBuilder[K, V]) -> WindowStore[K, 
 
 def in_memory_session_store(builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
     """Build an in-memory session store (format-agnostic; Kafka's in-memory expiry rules and
-    the time-only ``find_sessions``)."""
+    the time-only ``find_sessions``). O(1)."""
     s = builder.supplier
     inner = _segmented_store(s.name, None, "session", s, builder.format)
     codec = value_codec(builder.format, builder.value_serde, session=True)
