@@ -21,6 +21,7 @@ from txstore import (
     ValueAndTimestamp,
     ValueFormat,
     ValueTimestampHeaders,
+    admin,
 )
 from txstore.kv import KeyValueStore
 from txstore.stores import Stores
@@ -305,6 +306,42 @@ def test_conflicting_reopen_is_an_error_and_keeps_data(tmp_path: Any) -> None:
         with pytest.raises(ConfigConflictError):
             db.key_value_store("s", Serdes.string(), Serdes.string())
         assert db.key_value_store("s", Serdes.string(), Serdes.long()).get("a") == 1
+
+
+def test_reopen_with_the_other_transactional_flag_is_accepted(tmp_path: Any) -> None:
+    """``transactional`` is how a process writes a store, not what its data is (as in Kafka
+    Streams): reopening with the other value is accepted and takes effect, the metadata (which
+    never records the flag) stays the same, so no tool reports a stale value. Serdes that
+    contradict the metadata still raise."""
+    path = tmp_path / "p"
+    with txstore.open(path) as db:
+        kv = db.key_value_store("kv", Serdes.string(), Serdes.long(), transactional=True)
+        win = db.window_store("win", Serdes.string(), Serdes.long(), retention=100, window_size=10)
+        kv.put("a", 1)
+        win.put("a", 1, 5)
+        db.commit({"kv": 1, "win": 1})
+        metas = {n: db.partition.store_meta(n) for n in ("kv", "win")}
+    with txstore.open(path) as db:
+        kv = db.key_value_store("kv", Serdes.string(), Serdes.long(), transactional=False)
+        win = db.window_store(
+            "win", Serdes.string(), Serdes.long(), retention=100, window_size=10,
+            transactional=False,
+        )  # fmt: skip
+        assert not kv.transactional and kv.get("a") == 1 and win.fetch("a", 5) == 1
+        kv.put("b", 2)  # written through: committed data at once
+        assert kv.read_committed().get("b") == 2
+        assert {n: db.partition.store_meta(n) for n in ("kv", "win")} == metas
+    with txstore.open(path) as db:
+        with pytest.raises(ConfigConflictError, match="value_serde"):
+            db.key_value_store("kv", Serdes.string(), Serdes.string(), transactional=False)
+        kv = db.key_value_store("kv", Serdes.string(), Serdes.long(), transactional=True)
+        assert kv.transactional and kv.get("b") == 2
+        kv.put("c", 3)  # buffered again until commit
+        assert kv.read_committed().get("c") is None
+        kv.commit(2)
+        assert kv.read_committed().get("c") == 3
+        assert db.partition.store_meta("kv") == metas["kv"]
+    assert all("transactional" not in row["config"] for row in admin.stat(path))
 
 
 def test_timestamped_builder_over_plain_supplier_adapts(tmp_path: Any) -> None:

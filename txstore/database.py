@@ -68,6 +68,14 @@ SEGMENTED_FORMAT_VERSION = 1
 #: Metadata fields a store keeps for itself across upgrades (not part of a reopen's request).
 _INTERNAL = ("db", "legacy")
 
+# ``transactional`` is deliberately not in the metadata, so a reopen with the other value is
+# accepted, not a ConfigConflictError. Whether writes wait in the overlay until commit is a
+# choice of the process writing the store, not a property of its data: the committed bytes,
+# databases and offsets are the same either way, and Kafka Streams lets a store change it
+# between runs. Recording it would only say how the store was last opened (the Spark reader
+# also refuses metadata fields it does not know). What a crash of a write-through writer
+# leaves (writes past the committed offset) is there whatever the flag of the next open.
+
 
 def _register(
     partition: PartitionBase, name: str, kind: str, meta: dict[str, Any]
