@@ -24,9 +24,12 @@ metadata in :mod:`txstore.queries.discovery`, the stores in :mod:`txstore.querie
 >>> from txstore.queries import QueryableStoreTypes, StoreQueryParameters
 >>> counts = Stores.key_value_store_builder(
 ...     Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long())
->>> app = Application("wordcount", tempfile.mkdtemp(), [counts], num_partitions=4,
+>>> state_dir = tempfile.TemporaryDirectory()
+>>> app = Application("wordcount", state_dir.name, [counts], num_partitions=4,
 ...                   task_options={"sync": False})
 >>> app.start()
+>>> app.active_partitions
+[0, 1, 2, 3]
 >>> for word in ("a", "b", "a"):
 ...     with app.writer(app.partition_for_key("counts", word)) as w:
 ...         store = w.store("counts")
@@ -34,9 +37,18 @@ metadata in :mod:`txstore.queries.discovery`, the stores in :mod:`txstore.querie
 >>> app.store(StoreQueryParameters.from_name_and_type(
 ...     "counts", QueryableStoreTypes.key_value_store())).get("a")
 2
+>>> app.query_metadata_for_key("counts", "a").partition == app.partition_for_key("counts", "a")
+True
 >>> app.close()
 >>> app.state
 <State.NOT_RUNNING: 'NOT_RUNNING'>
+>>> state_dir.cleanup()
+
+Costs: ``P`` partitions hosted here, ``S`` stores. Discovery reads the assignment in memory
+(no I/O); a query store resolves the local partitions on every call (one comparison while
+nothing changed). Opening a partition (at :meth:`Application.start` and on every rebalance) is
+a task's ``initialize()``: discard what was uncommitted, then replay the changelog records its
+stores missed, O(records to replay), never a wipe.
 """
 
 from __future__ import annotations
@@ -102,6 +114,13 @@ class Application(PartitionHosting):
     * ``task_options``: passed to each :class:`~txstore.task.Task` (``sync``...);
     * ``handover_timeout``: how long to wait for a partition's previous owner to release it;
     * ``restore_listener``: ``f(partition, RestoreProgress)`` during restores.
+
+    Construction is O(S) and opens nothing (see :meth:`start`). It raises
+    :class:`~txstore.errors.InvalidArgumentError` for an empty or path-like
+    ``application_id``, no stores, an in-memory store, a store given twice, a malformed
+    ``application_server``, or neither ``num_partitions`` nor ``membership``;
+    :class:`~txstore.errors.InvalidTypeError` for an argument of the wrong type (a store that
+    is not a builder...).
     """
 
     def __init__(
@@ -161,7 +180,15 @@ class Application(PartitionHosting):
         """Join the membership, open and restore the assigned partitions, and keep following
         the membership in a background thread. Waits until ``RUNNING`` (up to ``timeout``
         seconds; ``0``: do not wait). Raises :class:`~txstore.errors.IllegalStateError` if
-        already started or stopped."""
+        already started or stopped.
+
+        Cost: the membership's ``join`` (a registry membership writes its file), then, in
+        the background thread, every assigned partition opened: its task recovered and its
+        changelog replayed from the stores' committed offsets, O(records to replay) each. A
+        ``timeout`` that expires raises ``IllegalStateError`` from :meth:`wait_until_running`
+        while the start goes on in the background (call :meth:`close` to stop it); an error
+        of ``join`` is raised as is and leaves the application in ``ERROR``.
+        """
         with self._state_lock:
             if self._state is not State.CREATED:
                 raise IllegalStateError(
@@ -183,7 +210,10 @@ class Application(PartitionHosting):
 
     def wait_until_running(self, timeout: float = 60.0) -> None:
         """Block until ``RUNNING``; raises :class:`~txstore.errors.IllegalStateError` after
-        ``timeout`` seconds or if the application failed or stopped."""
+        ``timeout`` seconds or if the application failed or stopped.
+
+        Polls the state every 5 ms, so it returns at most 5 ms after the state changes.
+        """
         deadline = time.monotonic() + timeout
         while True:
             state = self._state
@@ -232,7 +262,13 @@ class Application(PartitionHosting):
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop following the membership, close every partition (uncommitted writes are
-        discarded), leave the membership. Idempotent."""
+        discarded), leave the membership. Idempotent.
+
+        Waits up to ``timeout`` seconds for the background thread (a rebalance in progress
+        finishes first), then closes the P partitions, O(P x S) plus what each store's close
+        discards; nothing is committed. On a failed application (``ERROR``) it only stops the
+        thread: the partitions were closed when it failed.
+        """
         with self._state_lock:
             state = self._state
             if state in (State.NOT_RUNNING, State.PENDING_SHUTDOWN):
@@ -262,7 +298,15 @@ class Application(PartitionHosting):
     # ---- keys and queries ----------------------------------------------------------------
 
     def partition_for_key(self, store_name: str, key: Any) -> int:
-        """The partition of ``key`` for ``store_name`` (its key serde and the partitioner)."""
+        """The partition of ``key`` for ``store_name`` (its key serde and the partitioner).
+
+        O(key size): one serialization and Kafka's murmur2 hash (or the custom partitioner).
+        Before the first assignment it asks the membership for one (a registry membership
+        raises :class:`~txstore.errors.InvalidArgumentError` before :meth:`start`). Raises
+        :class:`~txstore.errors.UnknownStateStoreError` for a store the application does not
+        have, ``InvalidArgumentError`` for a key the serde turns into ``None``, and the
+        serde's error (:class:`~txstore.errors.InvalidTypeError`...) for a key it rejects.
+        """
         spec = self._spec(store_name)
         kb = spec.key_serde.serialize(key)
         if kb is None:
@@ -281,7 +325,7 @@ class Application(PartitionHosting):
 
     @property
     def stores(self) -> list[StoreSpec]:
-        """The application's stores."""
+        """The application's stores, in the order given. O(S)."""
         return list(self._specs.values())
 
     def store(self, params: StoreQueryParameters) -> Any:
@@ -292,7 +336,13 @@ class Application(PartitionHosting):
         :class:`~txstore.errors.UnknownStateStoreError` for a store the application does not
         have. Everything else (restoring, partition not here, type mismatch, migrated) is
         raised by the store's operations, as in Kafka, so a store kept across a rebalance
-        follows it.
+        follows it. A ``params`` that is not :class:`StoreQueryParameters` raises
+        :class:`~txstore.errors.InvalidTypeError`.
+
+        O(1): the composite store is created, nothing is read. Each of its operations then
+        costs one resolution of the local partitions (one comparison while nothing changed)
+        plus the reads: a routed ``get`` reads the key's partition only (O(log n)), scans chain
+        the partitions' iterators in partition order (:mod:`txstore.queries.composite`).
         """
         if not isinstance(params, StoreQueryParameters):
             raise InvalidTypeError("store() takes StoreQueryParameters")
@@ -359,7 +409,13 @@ class Application(PartitionHosting):
     # ---- discovery ------------------------------------------------------------------------
 
     def metadata_for_all_streams_clients(self) -> list[StreamsMetadata]:
-        """Every instance of the application with what it hosts, sorted by (host, port)."""
+        """Every instance of the application with what it hosts, sorted by (host, port).
+
+        O(instances x P), from the assignment in memory (no I/O); an empty list before the
+        first assignment. Raises :class:`~txstore.errors.StreamsNotStartedError` before
+        :meth:`start` and :class:`~txstore.errors.StreamsNotRunningError` once stopping or
+        failed. Also named ``all_metadata``.
+        """
         self._validate_running()
         a = self._assignment
         if a is None:
@@ -368,7 +424,12 @@ class Application(PartitionHosting):
         return [instance_metadata(a, h, names, self.source_topic) for h in a.hosts]
 
     def streams_metadata_for_store(self, store_name: str) -> list[StreamsMetadata]:
-        """The instances hosting ``store_name`` (active or standby), sorted by (host, port)."""
+        """The instances hosting ``store_name`` (active or standby), sorted by (host, port).
+
+        Cost and errors as :meth:`metadata_for_all_streams_clients` (every partition holds
+        every store, so an unknown name gives an empty list). Also named
+        ``all_metadata_for_store``.
+        """
         return [
             m
             for m in self.metadata_for_all_streams_clients()
@@ -395,6 +456,11 @@ class Application(PartitionHosting):
         ``key -> bytes`` function); None uses the store's key serde. Returns
         :attr:`KeyQueryMetadata.NOT_AVAILABLE` before the first assignment and None for a
         store the application does not have (as Kafka does).
+
+        O(key size): one serialization and hash, then lookups in the assignment in memory (no
+        I/O). Raises :class:`~txstore.errors.InvalidArgumentError` for a ``None`` key,
+        :class:`~txstore.errors.StreamsNotStartedError` before :meth:`start` and
+        :class:`~txstore.errors.StreamsNotRunningError` once stopping or failed.
         """
         self._validate_running()
         a = self._assignment
@@ -416,7 +482,7 @@ class Application(PartitionHosting):
         return key_metadata(a, partition)
 
     def describe_stores(self) -> list[dict[str, Any]]:
-        """JSON-ready descriptions of the stores (the HTTP API's ``/v1/stores``)."""
+        """JSON-ready descriptions of the stores (the HTTP API's ``/v1/stores``). O(S)."""
         n = self._assignment.num_partitions if self._assignment is not None else None
         out = []
         for spec in self._specs.values():
