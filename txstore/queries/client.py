@@ -42,7 +42,38 @@ class QueryClient(RoutingClient):
 
     ``bootstrap``: one ``"host:port"`` or several; ``token``: the bearer token; ``timeout``:
     seconds per HTTP request; ``rebalance_wait``: how long to retry while an instance answers
-    503. Thread-safe: each thread gets its own connections.
+    503. Thread-safe: each thread gets its own connections. Creating one is O(1) and sends
+    nothing; close it (or use it in a ``with`` block) to close its connections.
+
+    Costs: the first query, and any query after a 409 or an unreachable owner, first reads the
+    metadata (two HTTP requests to the first instance that answers: instances and stores);
+    a key's partition is computed locally. Errors: a store the application does not have
+    raises :class:`~txstore.errors.UnknownStateStoreError` (after one metadata refresh); a
+    partition no instance hosts :class:`~txstore.errors.StateStoreNotAvailableError`; a
+    query the server refuses raises the error it names
+    (:class:`~txstore.errors.StateStoreMigratedError` after the one retry,
+    :class:`~txstore.errors.InvalidArgumentError` for bad arguments...), else
+    :class:`~txstore.errors.QueryServiceError` (``status`` 0: no instance reachable).
+
+    >>> import tempfile
+    >>> from txstore import Serdes, Stores
+    >>> from txstore.queries import Application, QueryServer
+    >>> counts = Stores.key_value_store_builder(
+    ...     Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long())
+    >>> state_dir = tempfile.TemporaryDirectory()
+    >>> app = Application("clicks", state_dir.name, [counts], num_partitions=2,
+    ...                   application_server="127.0.0.1:0", task_options={"sync": False})
+    >>> server = QueryServer(app).start()
+    >>> app.start()
+    >>> for user in ("ada", "bob", "ada"):
+    ...     with app.writer(app.partition_for_key("counts", user)) as w:
+    ...         w.store("counts").put(user, (w.store("counts").get(user) or 0) + 1)
+    >>> with QueryClient(str(server.address)) as client:
+    ...     client.get("counts", "ada"), sorted(kv.key for kv in client.all("counts"))
+    (2, ['ada', 'bob'])
+    >>> server.close()
+    >>> app.close()
+    >>> state_dir.cleanup()
     """
 
     # ---- decoding -----------------------------------------------------------------------
@@ -113,7 +144,12 @@ class QueryClient(RoutingClient):
         stale: bool = False,
         read_committed: bool = False,
     ) -> Any:
-        """The value of ``key`` in key-value store ``store`` (None if absent), from its owner."""
+        """The value of ``key`` in key-value store ``store`` (None if absent), from its owner.
+
+        One HTTP request to the key's owner (plus, for a custom partitioner or a key serde the
+        client does not know, one to ask an instance for the key's partition). Errors and
+        retries as in the class docstring.
+        """
         info = self._store(store)
         q = self._options(type, stale, read_committed, self._key_query(info, key))
         doc = self._to_owner(info, key, stale, "get", q)
@@ -157,7 +193,14 @@ class QueryClient(RoutingClient):
         read_committed: bool = False,
     ) -> list[KeyValue[Any, Any]]:
         """Pairs with ``key_from <= key <= key_to`` of every partition, partition after
-        partition (``None``: unbounded)."""
+        partition (``None``: unbounded).
+
+        One HTTP request per partition, in partition order, to each partition's owner,
+        stopping once ``limit`` items arrived. Caution: an instance answers at most its
+        ``max_results`` items a partition (default 1000) and the client does not ask for the
+        rest, so a larger answer comes back incomplete, without an error. Errors and retries
+        as in the class docstring.
+        """
         info = self._store(store)
         q: dict[str, Any] = {}
         self._key_range(info, q, key_from, key_to, "from", "to")
@@ -176,7 +219,14 @@ class QueryClient(RoutingClient):
         stale: bool = False,
         read_committed: bool = False,
     ) -> list[KeyValue[Any, Any]]:
-        """Every pair of a key-value or window store, partition after partition."""
+        """Every pair of a key-value or window store, partition after partition.
+
+        One HTTP request per partition, in partition order, to each partition's owner,
+        stopping once ``limit`` items arrived. Caution: an instance answers at most its
+        ``max_results`` items a partition (default 1000) and the client does not ask for the
+        rest, so a larger answer comes back incomplete, without an error. Errors and retries
+        as in the class docstring.
+        """
         info = self._store(store)
         q = self._options(type, stale, read_committed, {"reverse": "true"} if reverse else {})
         windowed = "time" if info.kind == "window" else None
@@ -192,13 +242,24 @@ class QueryClient(RoutingClient):
         stale: bool = False,
         read_committed: bool = False,
     ) -> list[KeyValue[Any, Any]]:
-        """Pairs whose serialized key starts with the serialized ``prefix``."""
+        """Pairs whose serialized key starts with the serialized ``prefix``.
+
+        One HTTP request per partition, in partition order, to each partition's owner,
+        stopping once ``limit`` items arrived. Caution: an instance answers at most its
+        ``max_results`` items a partition (default 1000) and the client does not ask for the
+        rest, so a larger answer comes back incomplete, without an error. Errors and retries
+        as in the class docstring.
+        """
         info = self._store(store)
         q = self._options(type, stale, read_committed, self._key_query(info, prefix, "prefix"))
         return self._fan_out(store, "prefix", q, limit, None, type)
 
     def approximate_num_entries(self, store: str, *, read_committed: bool = False) -> int:
-        """The sum of the partitions' approximate entry counts."""
+        """The sum of the partitions' approximate entry counts.
+
+        One HTTP request per partition, to its owner. Errors and retries as in the class
+        docstring.
+        """
         self._store(store)
         q = self._options(None, False, read_committed, {})
         total = 0
@@ -223,7 +284,13 @@ class QueryClient(RoutingClient):
     ) -> Any:
         """Window store fetch, by arity: ``(key, time)`` -> value; ``(key, time_from,
         time_to)`` -> ``KeyValue(window start, value)`` list; ``(key_from, key_to, time_from,
-        time_to)`` -> ``KeyValue(Windowed, value)`` list."""
+        time_to)`` -> ``KeyValue(Windowed, value)`` list.
+
+        The key forms cost one HTTP request to the key's owner (as :meth:`get`), the key-range
+        form one per partition (as :meth:`range`); both are capped at ``max_results`` items a
+        partition, as :meth:`range` warns. Another number of arguments raises
+        :class:`~txstore.errors.InvalidArgumentError`.
+        """
         info = self._store(store)
         extra: dict[str, Any] = {"backward": "true"} if backward else {}
         if len(args) in (2, 3):
@@ -262,7 +329,14 @@ class QueryClient(RoutingClient):
         stale: bool = False,
         read_committed: bool = False,
     ) -> list[KeyValue[Any, Any]]:
-        """Every window starting in ``[time_from, time_to]``, partition after partition."""
+        """Every window starting in ``[time_from, time_to]``, partition after partition.
+
+        One HTTP request per partition, in partition order, to each partition's owner,
+        stopping once ``limit`` items arrived. Caution: an instance answers at most its
+        ``max_results`` items a partition (default 1000) and the client does not ask for the
+        rest, so a larger answer comes back incomplete, without an error. Errors and retries
+        as in the class docstring.
+        """
         q: dict[str, Any] = {"time_from": time_from, "time_to": time_to}
         if backward:
             q["backward"] = "true"
@@ -280,7 +354,13 @@ class QueryClient(RoutingClient):
         read_committed: bool = False,
     ) -> list[KeyValue[Any, Any]]:
         """``(key, earliest_end, latest_start)`` from the key's owner, or ``(key_from, key_to,
-        earliest_end, latest_start)`` from every partition."""
+        earliest_end, latest_start)`` from every partition.
+
+        The key form costs one HTTP request to the key's owner (as :meth:`get`), the key-range
+        form one per partition (as :meth:`range`); both are capped at ``max_results`` items a
+        partition, as :meth:`range` warns. Another number of arguments raises
+        :class:`~txstore.errors.InvalidArgumentError`.
+        """
         info = self._store(store)
         extra: dict[str, Any] = {"backward": "true"} if backward else {}
         if len(args) == 3:
@@ -311,7 +391,12 @@ class QueryClient(RoutingClient):
         stale: bool = False,
         read_committed: bool = False,
     ) -> Any:
-        """The aggregation of one session of ``key``, or None."""
+        """The aggregation of one session of ``key``, or None.
+
+        One HTTP request to the key's owner (plus, for a custom partitioner or a key serde the
+        client does not know, one to ask an instance for the key's partition). Errors and
+        retries as in the class docstring.
+        """
         info = self._store(store)
         q = dict(self._key_query(info, key), start=session_start, end=session_end)
         q = self._options(type, stale, read_committed, q)
