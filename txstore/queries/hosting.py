@@ -41,7 +41,7 @@ _log = logging.getLogger("txstore.queries")
 
 class PartitionWriter:
     """The writer's handle on one partition inside :meth:`~txstore.queries.Application.writer`:
-    its task, its stores, and :meth:`commit`."""
+    its task, its stores, and :meth:`commit`. Every accessor is O(1)."""
 
     __slots__ = ("_hosted",)
 
@@ -50,23 +50,34 @@ class PartitionWriter:
 
     @property
     def partition(self) -> int:
-        """The partition number."""
+        """The partition number. O(1)."""
         return self._hosted.number
 
     @property
     def task(self) -> Any:
-        """The partition's :class:`~txstore.task.Task`."""
+        """The partition's :class:`~txstore.task.Task`. O(1)."""
         return self._hosted.task
 
     def store(self, name: str) -> Any:
-        """A store of this partition, for writing."""
+        """A store of this partition, for writing.
+
+        O(1), a dict lookup. Raises :class:`~txstore.errors.UnknownStateStoreError` for a
+        store the application does not have.
+        """
         try:
             return self._hosted.stores[name]
         except KeyError:
             raise UnknownStateStoreError(name) from None
 
     def commit(self, input_position: int) -> None:
-        """Commit the partition's task (see :meth:`txstore.task.Task.commit`)."""
+        """Commit the partition's task (see :meth:`txstore.task.Task.commit`).
+
+        One changelog commit per store, then one LMDB write transaction committing every
+        store of the partition with its changelog offset (O(u log n) for ``u`` staged writes,
+        plus the syncs unless ``sync=False``). Raises :class:`~txstore.errors.InvalidTypeError`
+        for a non-``int`` ``input_position`` (a smaller one than last time is accepted) and
+        :class:`~txstore.errors.StoreClosedError` once the task is closed.
+        """
         self._hosted.task.commit(input_position)
 
 
@@ -131,12 +142,12 @@ class PartitionHosting(Lifecycle):
 
     @property
     def active_partitions(self) -> list[int]:
-        """The partitions this instance owns and has open, sorted."""
+        """The partitions this instance owns and has open, sorted. O(P log P)."""
         return sorted(self._active)
 
     @property
     def standby_partitions(self) -> list[int]:
-        """The partitions this instance keeps a read-only standby of, sorted."""
+        """The partitions this instance keeps a read-only standby of, sorted. O(P log P)."""
         return sorted(self._standby)
 
     def writer(self, partition: int) -> _WriterBlock:
@@ -147,6 +158,9 @@ class PartitionHosting(Lifecycle):
         its commit); read-uncommitted queries from other threads wait for the block to end,
         read-committed ones never wait. Raises :class:`~txstore.errors.TaskMigratedError` if
         this instance does not own the partition (any more).
+
+        O(1) to create; entering the block takes the partition's re-entrant lock (waiting for
+        any read-uncommitted query in flight on it), leaving it releases it.
         """
         hosted = self._active.get(partition)
         if hosted is None:
@@ -161,7 +175,16 @@ class PartitionHosting(Lifecycle):
     def rebalance(self) -> None:
         """Read the membership now and apply any change: close the partitions this instance
         lost, then open (recover + restore) the ones it gained. The background thread calls
-        it every ``refresh_interval``; call it to react at once."""
+        it every ``refresh_interval``; call it to react at once.
+
+        Reads the assignment (a static one: a ``stat`` of its file, if any; a registry
+        membership: its directory); no partition moves when it did not change. Each lost
+        partition is closed once the writer's block and the reads in flight on it end; each
+        gained one waits up to ``handover_timeout`` for its previous owner (else it is tried
+        again at the next call), then its task is recovered and its changelog replayed,
+        O(records to replay). Raises :class:`~txstore.errors.InvalidArgumentError` if the
+        assignment's partition count differs from the application's ``num_partitions``.
+        """
         self._apply(self.membership.current())
 
     def _apply(self, a: Assignment) -> None:

@@ -38,22 +38,25 @@ class Lifecycle:
 
     @property
     def state(self) -> State:
-        """The lifecycle state."""
+        """The lifecycle state. O(1)."""
         return self._state
 
     @property
     def error(self) -> BaseException | None:
-        """What made the application fail (state ``ERROR``), or None."""
+        """What made the application fail (state ``ERROR``), or None. O(1)."""
         return self._error
 
     @property
     def thread_state(self) -> ThreadState:
-        """The state of the processing side (``PARTITIONS_ASSIGNED`` while restoring)."""
+        """The state of the processing side (``PARTITIONS_ASSIGNED`` while restoring). O(1)."""
         return self._thread_state
 
     def set_state_listener(self, listener: Callable[[State, State], None] | None) -> None:
         """Call ``listener(new_state, old_state)`` on every state change (from the thread
-        making the change). Set it before :meth:`~txstore.queries.Application.start`."""
+        making the change). Set it before :meth:`~txstore.queries.Application.start`.
+
+        O(1); ``None`` removes it. An exception the listener raises is logged, not raised.
+        """
         self._state_listener = listener
 
     def _set_state(self, new: State) -> bool:
