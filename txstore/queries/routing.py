@@ -112,7 +112,13 @@ class RoutingClient(HttpTransport):
         raise last
 
     def refresh(self) -> None:
-        """Re-read the metadata and the stores from any instance."""
+        """Re-read the metadata and the stores from any instance.
+
+        Two HTTP requests (``/v1/metadata`` and ``/v1/stores``), each to the first known
+        instance that answers (an unreachable or 503 one is skipped). Raises the last
+        instance's error, :class:`~txstore.errors.QueryServiceError` with ``status`` 0 when
+        none was reachable.
+        """
         doc = self._any("/v1/metadata")
         instances = tuple(StreamsMetadata.from_json(d) for d in doc["instances"])
         owners = {p: m.host_info for m in instances for p in m.partitions}
@@ -164,17 +170,21 @@ class RoutingClient(HttpTransport):
         return info
 
     def metadata(self) -> list[StreamsMetadata]:
-        """Every instance (fresh from an instance)."""
+        """Every instance (fresh from an instance): a :meth:`refresh`, two HTTP requests."""
         self.refresh()
         return list(self._metadata().instances)
 
     def metadata_for_store(self, store: str) -> list[StreamsMetadata]:
-        """The instances hosting ``store``."""
+        """The instances hosting ``store``: one HTTP request to any instance, uncached."""
         doc = self._any(f"/v1/metadata/stores/{quote(store, safe='')}")
         return [StreamsMetadata.from_json(d) for d in doc["instances"]]
 
     def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
-        """Where ``key`` lives, as an instance computes it."""
+        """Where ``key`` lives, as an instance computes it.
+
+        One HTTP request to any instance (after a :meth:`refresh` the first time ``store`` is
+        seen). Raises :class:`~txstore.errors.UnknownStateStoreError` for an unknown store.
+        """
         info = self._store(store)
         doc = self._any(
             f"/v1/metadata/stores/{quote(store, safe='')}/key", self._key_query(info, key)
@@ -182,12 +192,16 @@ class RoutingClient(HttpTransport):
         return KeyQueryMetadata.from_json(doc)
 
     def stores(self) -> list[dict[str, Any]]:
-        """The application's stores (name, kind, format, serdes...)."""
+        """The application's stores (name, kind, format, serdes...): one HTTP request."""
         result: list[dict[str, Any]] = self._any("/v1/stores")["stores"]
         return result
 
     def health(self, host: str | HostInfo) -> dict[str, Any]:
-        """The ``/v1/health`` document of one instance."""
+        """The ``/v1/health`` document of one instance: one HTTP request to it.
+
+        Raises :class:`~txstore.errors.InvalidArgumentError` for a malformed ``host`` and
+        :class:`~txstore.errors.QueryServiceError` (``status`` 0) if it cannot be reached.
+        """
         h = host if isinstance(host, HostInfo) else HostInfo.parse(host)
         doc: dict[str, Any] = self._call(h, "/v1/health")
         return doc
