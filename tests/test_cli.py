@@ -79,6 +79,22 @@ def test_dump_and_get(state: Path) -> None:
     assert missing.returncode == 1 and "(no value)" in missing.stdout
 
 
+def test_a_store_made_at_the_bytes_level_is_inspected_like_the_others(tmp_path: Path) -> None:
+    # BytesKeyValueStore records the format "bytes" (values stored as given): stat, check
+    # and dump read it as the PLAIN layout instead of failing with KeyError: 'bytes'
+    from txstore.kv_bytes import BytesKeyValueStore
+
+    with Partition(tmp_path / "p") as p:
+        raw = BytesKeyValueStore("raw", p)
+        raw.put_all([(b"k1", b"v1"), (b"k2", b"\xff")])
+        raw.commit(7)
+    stat = json.loads(txstore("stat", str(tmp_path / "p"), "--json").stdout)
+    assert (stat["store"], stat["format"], stat["entries"]) == ("raw", "bytes", 2)
+    assert txstore("check", str(tmp_path / "p")).returncode == 0
+    dump = txstore("dump", str(tmp_path / "p"), "raw").stdout.splitlines()
+    assert [line.split("\t")[1:] for line in dump] == [["6b31", "7631"], ["6b32", "ff"]]
+
+
 def test_offsets_and_check(state: Path) -> None:
     rows = [json.loads(x) for x in txstore("offsets", str(state), "--json").stdout.splitlines()]
     assert all(r["lag"] == 0 for r in rows)

@@ -61,6 +61,20 @@ class StoreView:
         self.close()
 
 
+def stored_format(meta: Mapping[str, Any]) -> ValueFormat:
+    """The value format a store's metadata records. A store made at the bytes level
+    (:class:`~txstore.kv_bytes.BytesKeyValueStore`) records ``"bytes"``: its values are stored
+    as given, which is the ``PLAIN`` layout."""
+    name = meta.get("format")
+    if name == "bytes":
+        return ValueFormat.PLAIN
+    try:
+        return ValueFormat[name]
+    except KeyError:
+        known = ", ".join(["bytes", *ValueFormat.__members__])
+        raise InvalidArgumentError(f"unknown value format {name!r} (known: {known})") from None
+
+
 def open_view(
     partition: PartitionBase,
     name: str,
@@ -78,7 +92,7 @@ def open_view(
     kind = meta.get("kind")
     if kind not in KINDS:
         raise InvalidArgumentError(f"store {name!r} has unknown kind {kind!r}")
-    fmt = ValueFormat[meta["format"]]
+    fmt = stored_format(meta)
     if kind == "key_value":
         from txstore.upgrade import UpgradingBytesKeyValueStore, UpgradingReadCommittedView
 
@@ -119,7 +133,7 @@ class RowDecoder:
 
     def __init__(self, meta: Mapping[str, Any], *, decode: bool = True) -> None:
         self.kind = meta["kind"]
-        self.format = ValueFormat[meta["format"]]
+        self.format = stored_format(meta)
         self.key_serde = _serde(meta, "key_serde") if decode else serde_by_name("bytes")
         value_serde = _serde(meta, "value_serde") if decode else serde_by_name("bytes")
         self.codec = value_codec(self.format, value_serde, session=self.kind == "session")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from txstore.codecs import ValueFormat
+from txstore.catalog import stored_format
 from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.serdes import Serde, serde_by_name
 from txstore.statedir import partition_dirs
@@ -41,7 +41,7 @@ def _serde(meta: dict[str, Any], field: str, store: str) -> Serde[Any]:
 def builder_from_meta(name: str, meta: dict[str, Any]) -> Any:
     """The builder of store ``name`` from its recorded metadata."""
     kind = meta.get("kind")
-    fmt = ValueFormat[meta["format"]]
+    fmt = stored_format(meta)
     key, value = _serde(meta, "key_serde", name), _serde(meta, "value_serde", name)
     if kind == "key_value":
         return KeyValueStoreBuilder(KeyValueStoreSupplier(name, True, fmt), key, value, fmt)
