@@ -78,6 +78,6 @@ def as_lists(cols: Any) -> tuple[Any, ...]:
         )
     )
     return tuple(
-        (bytes(p.data), p.offsets.tolist()) if isinstance(p, BinaryColumn) else p.tolist()
+        (bytes(p.view()), p.offsets.tolist()) if isinstance(p, BinaryColumn) else p.tolist()
         for p in parts
     )
