@@ -1,10 +1,10 @@
-"""``txstore demo``: the project's main job, run by ``make demo``.
+"""Step 0 of ``txstore demo`` (``make demo``): every codec against Kafka's own bytes.
 
-Today it checks every codec against Kafka's own test vectors and the worked examples of
-``docs/formats.md``: each row encodes the input with the C batch path and with the single-item
-path, compares both with the bytes Kafka Streams produces, decodes them back and prints the
-outcome. It then times the batch path against the single-item path on 100,000 window keys.
-It exits non-zero if any row fails.
+Each row encodes an input from Kafka's test vectors or the worked examples of
+``docs/formats.md`` with the C batch path and with the single-item path, compares both with the
+bytes Kafka Streams produces and decodes them back; :func:`run_codec_demo` then checks that the
+batch and single-item paths agree on 100,000 window keys. The demo counts any failed row as a
+failure of the whole run (non-zero exit).
 """
 
 from __future__ import annotations
