@@ -371,6 +371,29 @@ def test_persistent_builder_without_database_is_an_error() -> None:
         b.build()
 
 
+@pytest.mark.parametrize(
+    "factory",
+    [
+        Stores.key_value_store_builder,
+        Stores.timestamped_key_value_store_builder,
+        Stores.timestamped_key_value_store_with_headers_builder,
+    ],
+)
+@pytest.mark.parametrize(
+    "supplier",
+    [
+        Stores.persistent_window_store("w", 60_000, 1_000, False),
+        Stores.persistent_timestamped_window_store("w", 60_000, 1_000, False),
+        Stores.persistent_session_store("s", 60_000),
+        "not a supplier",
+    ],
+)
+def test_key_value_builders_reject_a_supplier_of_another_kind(factory: Any, supplier: Any) -> None:
+    # Was accepted, and build(db) opened a key-value store ignoring retention and window size.
+    with pytest.raises(InvalidTypeError, match="needs a KeyValueStoreSupplier"):
+        factory(supplier, Serdes.string(), Serdes.long())
+
+
 def test_bad_factory_arguments() -> None:
     with pytest.raises(InvalidArgumentError):
         Stores.persistent_key_value_store("")

@@ -309,6 +309,8 @@ class KeyValueStoreBuilder(Generic[K, V]):
     format: ValueFormat
 
     def __post_init__(self) -> None:
+        if not isinstance(self.supplier, KeyValueStoreSupplier):
+            raise InvalidTypeError("a key-value store builder needs a KeyValueStoreSupplier")
         _check_serdes(self.key_serde, self.value_serde)
 
     @property
@@ -365,7 +367,7 @@ class Stores:
     duration, or a window size above the retention (the other name rules, such as the
     reserved ``__txstore`` prefix, are checked by ``build``). Builders raise
     ``InvalidTypeError`` for a serde without ``name``, ``serialize()`` and ``deserialize()``
-    (window and session builders also for a supplier of another kind). A persistent supplier
+    (every builder also for a supplier of another kind). A persistent supplier
     in a richer format than its builder's makes ``build(db)`` raise ``InvalidArgumentError``
     (a downgrade would drop timestamps or headers); a poorer one is adapted.
 
