@@ -186,8 +186,13 @@ def test_limits(served: Any) -> None:
     _, server = served
     status, doc, _ = call(server, "/v1/stores/counts/all")
     assert status == 200 and len(doc["items"]) == 50 and doc["truncated"] is True
+    assert "resume" not in doc  # several partitions chained: no position can resume it
     _, doc, _ = call(server, "/v1/stores/counts/all?limit=3&partition=0")
     assert len(doc["items"]) == 3 and doc["truncated"] is True
+    _, more, _ = call(server, "/v1/stores/counts/all?limit=3&partition=0&after=" + doc["resume"])
+    assert more["items"][0]["key"] > doc["items"][-1]["key"]
+    with QueryClient(str(server.address), token=TOKEN) as client:  # 100 keys, 50 a page
+        assert sorted(kv.key for kv in client.all("counts")) == sorted(KEYS)
     _, doc, _ = call(server, "/v1/stores/counts/range?from=user-5&to=user-5")
     assert doc == {"items": [{"key": "user-5", "value": 5}], "truncated": False}
     status, doc, _ = call(server, "/v1/stores/counts/get", method="POST", body=b"x" * 5000)

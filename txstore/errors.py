@@ -171,3 +171,10 @@ class QueryServiceError(TxStoreError):
         super().__init__(message)
         self.status = status
         self.error = error
+
+
+class TruncatedResultError(TxStoreError):
+    """A remote query's answer was cut at the server's per-request result limit and could not
+    be resumed (the server gave no resume position, e.g. an older server, or the query was not
+    on one partition): the client raises rather than return part of the answer. Narrow the
+    query (a smaller key or time range), or pass ``limit`` to ask for the first items only."""

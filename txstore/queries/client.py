@@ -15,7 +15,11 @@ error the server names (:class:`~txstore.errors.StateStoreMigratedError`,
 
 Queries over many keys (``range``, ``all``, ``prefix_scan``, ``fetch_all``, key-range
 ``fetch`` and ``find_sessions``) ask each partition's owner for that partition, in partition
-order, and stop at ``limit`` items.
+order, and stop at ``limit`` items. An answer larger than the server's ``max_results`` (its
+bound per request) is read page after page: a truncated page names the position of its last
+item and the client asks again from just after it (:mod:`txstore.queries.paging`), so every
+answer is complete; a truncated page without a position (an older server) raises
+:class:`~txstore.errors.TruncatedResultError` rather than return part of the answer.
 
 The routing and the retries are in :mod:`txstore.queries.routing`, the connections in
 :mod:`txstore.queries.transport`.
@@ -28,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from txstore.errors import InvalidArgumentError
+from txstore.errors import InvalidArgumentError, TruncatedResultError
 from txstore.queries.routing import RoutingClient, StoreInfo
 from txstore.queries.types import QueryableStoreTypes
 from txstore.queries.wire import decode_key, decode_value, decoder
@@ -126,6 +130,20 @@ class QueryClient(RoutingClient):
             lambda fb: self._locate_key(info, key, stale, fb), self._path(info.name, op), query
         )
 
+    def _keyed_pages(
+        self,
+        info: StoreInfo,
+        key: Any,
+        stale: bool,
+        op: str,
+        query: dict[str, Any],
+        limit: int | None,
+    ) -> list[dict[str, Any]]:
+        """Every item of an iterator query on one key, from its owner, page after page."""
+        return self._pages(
+            lambda fb: self._locate_key(info, key, stale, fb), info.name, op, query, limit
+        )
+
     def _key_range(
         self, info: StoreInfo, query: dict[str, Any], lo: Any, hi: Any, lo_name: str, hi_name: str
     ) -> None:
@@ -169,16 +187,45 @@ class QueryClient(RoutingClient):
         stale = query.get("stale") == "true"
         out: list[KeyValue[Any, Any]] = []
         for p in range(self._metadata().num_partitions):
-            q = dict(query, partition=p)
-            if limit is not None:
-                q["limit"] = limit - len(out)
-            doc = self._routed(
-                functools.partial(self._locate_partition, p, stale), self._path(store, op), q
-            )
-            out += self._items(info, doc["items"], type, windowed)
+            locate = functools.partial(self._locate_partition, p, stale)
+            docs = self._pages(locate, store, op, dict(query, partition=p), limit, len(out))
+            out += self._items(info, docs, type, windowed)
             if limit is not None and len(out) >= limit:
                 return out[:limit]
         return out
+
+    def _pages(
+        self,
+        locate: Callable[[bool], tuple[Any, int]],
+        store: str,
+        op: str,
+        query: dict[str, Any],
+        limit: int | None,
+        have: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Every item of an iterator query on one partition (or ``limit - have`` of them),
+        page after page: a truncated answer's ``resume`` position goes back as ``after``
+        (see :mod:`txstore.queries.paging`). A truncated answer without one raises
+        :class:`~txstore.errors.TruncatedResultError`."""
+        items: list[dict[str, Any]] = []
+        q = dict(query)
+        while True:
+            if limit is not None:
+                q["limit"] = limit - have - len(items)
+            doc = self._routed(locate, self._path(store, op), q)
+            items += doc["items"]
+            if not doc.get("truncated") or (limit is not None and have + len(items) >= limit):
+                return items
+            resume = doc.get("resume")
+            if not isinstance(resume, str) or not doc["items"]:
+                raise TruncatedResultError(
+                    f"the answer of {op!r} on store {store!r} (partition "
+                    f"{query.get('partition', 'of the key')}) was truncated at the server's "
+                    f"result limit after {len(items)} items, and the server gave no position "
+                    "to resume from (an older server?); narrow the query (a smaller key or "
+                    "time range) or pass limit= to take only the first items"
+                )
+            q["after"] = resume
 
     def range(
         self,
@@ -196,10 +243,9 @@ class QueryClient(RoutingClient):
         partition (``None``: unbounded).
 
         One HTTP request per partition, in partition order, to each partition's owner,
-        stopping once ``limit`` items arrived. Caution: an instance answers at most its
-        ``max_results`` items a partition (default 1000) and the client does not ask for the
-        rest, so a larger answer comes back incomplete, without an error. Errors and retries
-        as in the class docstring.
+        stopping once ``limit`` items arrived. A partition with more than the server's
+        ``max_results`` items is read page after page (one more request a page), so the answer
+        is complete. Errors and retries as in the class docstring.
         """
         info = self._store(store)
         q: dict[str, Any] = {}
@@ -222,10 +268,9 @@ class QueryClient(RoutingClient):
         """Every pair of a key-value or window store, partition after partition.
 
         One HTTP request per partition, in partition order, to each partition's owner,
-        stopping once ``limit`` items arrived. Caution: an instance answers at most its
-        ``max_results`` items a partition (default 1000) and the client does not ask for the
-        rest, so a larger answer comes back incomplete, without an error. Errors and retries
-        as in the class docstring.
+        stopping once ``limit`` items arrived. A partition with more than the server's
+        ``max_results`` items is read page after page (one more request a page), so the answer
+        is complete. Errors and retries as in the class docstring.
         """
         info = self._store(store)
         q = self._options(type, stale, read_committed, {"reverse": "true"} if reverse else {})
@@ -245,10 +290,9 @@ class QueryClient(RoutingClient):
         """Pairs whose serialized key starts with the serialized ``prefix``.
 
         One HTTP request per partition, in partition order, to each partition's owner,
-        stopping once ``limit`` items arrived. Caution: an instance answers at most its
-        ``max_results`` items a partition (default 1000) and the client does not ask for the
-        rest, so a larger answer comes back incomplete, without an error. Errors and retries
-        as in the class docstring.
+        stopping once ``limit`` items arrived. A partition with more than the server's
+        ``max_results`` items is read page after page (one more request a page), so the answer
+        is complete. Errors and retries as in the class docstring.
         """
         info = self._store(store)
         q = self._options(type, stale, read_committed, self._key_query(info, prefix, "prefix"))
@@ -287,8 +331,8 @@ class QueryClient(RoutingClient):
         time_to)`` -> ``KeyValue(Windowed, value)`` list.
 
         The key forms cost one HTTP request to the key's owner (as :meth:`get`), the key-range
-        form one per partition (as :meth:`range`); both are capped at ``max_results`` items a
-        partition, as :meth:`range` warns. Another number of arguments raises
+        form one per partition (as :meth:`range`); both are read page after page beyond the
+        server's ``max_results``, as :meth:`range` says. Another number of arguments raises
         :class:`~txstore.errors.InvalidArgumentError`.
         """
         info = self._store(store)
@@ -300,14 +344,14 @@ class QueryClient(RoutingClient):
                 q["time"] = args[1]
             else:
                 q.update(time_from=args[1], time_to=args[2])
-                if limit is not None:
-                    q["limit"] = limit
             q = self._options(type, stale, read_committed, {**extra, **q})
-            doc = self._to_owner(info, key, stale, "fetch", q)
             if len(args) == 2:
+                doc = self._to_owner(info, key, stale, "fetch", q)
                 _, vdec, wrapper = self._decoders(info, type)
                 return decode_value(doc["value"], wrapper, vdec)
-            return self._items(info, doc["items"], type, "time")
+            return self._items(
+                info, self._keyed_pages(info, key, stale, "fetch", q, limit), type, "time"
+            )
         if len(args) == 4:
             q = dict(extra, time_from=args[2], time_to=args[3])
             self._key_range(info, q, args[0], args[1], "key_from", "key_to")
@@ -332,10 +376,9 @@ class QueryClient(RoutingClient):
         """Every window starting in ``[time_from, time_to]``, partition after partition.
 
         One HTTP request per partition, in partition order, to each partition's owner,
-        stopping once ``limit`` items arrived. Caution: an instance answers at most its
-        ``max_results`` items a partition (default 1000) and the client does not ask for the
-        rest, so a larger answer comes back incomplete, without an error. Errors and retries
-        as in the class docstring.
+        stopping once ``limit`` items arrived. A partition with more than the server's
+        ``max_results`` items is read page after page (one more request a page), so the answer
+        is complete. Errors and retries as in the class docstring.
         """
         q: dict[str, Any] = {"time_from": time_from, "time_to": time_to}
         if backward:
@@ -357,8 +400,8 @@ class QueryClient(RoutingClient):
         earliest_end, latest_start)`` from every partition.
 
         The key form costs one HTTP request to the key's owner (as :meth:`get`), the key-range
-        form one per partition (as :meth:`range`); both are capped at ``max_results`` items a
-        partition, as :meth:`range` warns. Another number of arguments raises
+        form one per partition (as :meth:`range`); both are read page after page beyond the
+        server's ``max_results``, as :meth:`range` says. Another number of arguments raises
         :class:`~txstore.errors.InvalidArgumentError`.
         """
         info = self._store(store)
@@ -368,11 +411,9 @@ class QueryClient(RoutingClient):
             q = dict(
                 extra, earliest_end=args[1], latest_start=args[2], **self._key_query(info, key)
             )
-            if limit is not None:
-                q["limit"] = limit
             q = self._options(type, stale, read_committed, q)
-            doc = self._to_owner(info, key, stale, "sessions", q)
-            return self._items(info, doc["items"], type, "session")
+            docs = self._keyed_pages(info, key, stale, "sessions", q, limit)
+            return self._items(info, docs, type, "session")
         if len(args) == 4:
             q = dict(extra, earliest_end=args[2], latest_start=args[3])
             self._key_range(info, q, args[0], args[1], "key_from", "key_to")

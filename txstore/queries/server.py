@@ -7,7 +7,8 @@ per connection (``docs/queries.md`` explains the choice). Safe defaults:
 * it binds a loopback address unless ``allow_remote=True``;
 * with a ``token``, every request needs ``Authorization: Bearer <token>`` (401 otherwise);
 * a request line or body above ``max_request_bytes`` gets 414 / 413; an iterator query returns
-  at most ``max_results`` items (``"truncated": true`` when there were more); at most
+  at most ``max_results`` items (``"truncated": true`` when there were more, with a ``resume``
+  position on one partition: :mod:`txstore.queries.paging`); at most
   ``max_connections`` connections are served at once (503 beyond); an idle keep-alive
   connection is closed after ``idle_timeout`` seconds;
 * errors are JSON ``{"error": <txstore error class>, "message": ..., "status": ...}``: 400 bad

@@ -5,7 +5,8 @@
 type, partition, options), and the serdes' JSON codecs per store (:mod:`txstore.queries.wire`).
 
 Endpoints (``{store}`` URL-quoted; every query takes ``type=<queryable store type>``,
-``stale=true`` and ``read_committed=true``):
+``stale=true`` and ``read_committed=true``; iterator queries ``limit``, and ``after`` to resume
+a truncated answer on one partition, see :mod:`txstore.queries.paging`):
 
 ===========================================  ===============================================
 ``GET /v1/health``                           state, thread state, hosted partitions
@@ -48,6 +49,7 @@ from txstore.errors import (
     UnknownStateStoreError,
 )
 from txstore.queries.application import Application
+from txstore.queries.paging import Order, Position, kv_order, page, session_order, window_order
 from txstore.queries.protocol import Args, HttpError, bad, error_doc
 from txstore.queries.specs import StoreSpec
 from txstore.queries.types import QueryableStoreType, QueryableStoreTypes, StoreQueryParameters
@@ -61,6 +63,8 @@ from txstore.queries.wire import (
 )
 
 __all__ = ["Service"]
+
+_LONG_MAX = 2**63 - 1
 
 
 class Service:
@@ -165,14 +169,34 @@ class Service:
             raise bad("limit must be >= 1")
         return min(limit, self.max_results)
 
-    def _items(self, it: Any, limit: int, item: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
-        with it:
-            out: list[dict[str, Any]] = []
-            for kv in it:
-                if len(out) == limit:
-                    return {"items": out, "truncated": True}
-                out.append(item(kv))
-        return {"items": out, "truncated": False}
+    def _after(self, args: Args, one_partition: bool) -> Position | None:
+        """The ``after`` position of a resumed page (only on one partition: see
+        :mod:`txstore.queries.paging`)."""
+        text = args.text("after")
+        if text is None:
+            return None
+        if not one_partition:
+            raise bad("after needs partition: a resume position is within one partition")
+        return Position.parse(text)
+
+    def _order(self, spec: StoreSpec, args: Args, keyed: bool, single: bool = False) -> Any:
+        """The sort key of the items (resume positions), or None when the answer chains
+        several partitions (no position can resume it)."""
+        if not keyed and not args.has("partition"):
+            return None
+        ser = spec.key_serde.serialize
+        if spec.kind == "key_value":
+            order: Order = kv_order(ser)
+        elif spec.kind == "window":
+            order = window_order(ser, self._interval(spec), not single)
+        else:
+            order = session_order(ser, self._interval(spec))
+        return order
+
+    @staticmethod
+    def _interval(spec: StoreSpec) -> int:
+        interval: int = getattr(spec.builder.supplier, "segment_interval")  # noqa: B009
+        return interval
 
     def _pair(self, spec: StoreSpec) -> Callable[[Any], dict[str, Any]]:
         kenc, venc = self._codecs(spec)
@@ -305,29 +329,68 @@ class Service:
         lo = self._optional_key(spec, args, "from")
         hi = self._optional_key(spec, args, "to")
         store = self._store(spec, args)
-        it = store.reverse_range(lo, hi) if args.flag("reverse") else store.range(lo, hi)
-        return self._items(it, self._limit(args), self._pair(spec))
+        rev = args.flag("reverse")
+        after = self._after(args, args.has("partition"))
+        if after is not None:  # resume at the position's key (the page skips it)
+            k = spec.key_serde.deserialize(after.raw)
+            lo, hi = (lo, k) if rev else (k, hi)
+        it = store.reverse_range(lo, hi) if rev else store.range(lo, hi)
+        order = self._order(spec, args, False)
+        return page(it, self._limit(args), self._pair(spec), order, after, rev)
 
     def prefix(self, spec: StoreSpec, args: Args) -> dict[str, Any]:
         """``prefix``: the keys with a prefix."""
         self._kind(spec, "key_value")
         prefix = self._key(spec, args, "prefix")
         store = self._store(spec, args)
-        return self._items(
-            store.prefix_scan(prefix, spec.key_serde), self._limit(args), self._pair(spec)
+        after = self._after(args, args.has("partition"))
+        order = self._order(spec, args, False)
+        if after is None:
+            it = store.prefix_scan(prefix, spec.key_serde)
+            return page(it, self._limit(args), self._pair(spec), order)
+        # Resume: the keys from the position on, up to the first without the prefix.
+        pb = spec.key_serde.serialize(prefix) or b""
+        it = store.range(spec.key_serde.deserialize(after.raw), None)
+        return page(
+            it,
+            self._limit(args),
+            self._pair(spec),
+            order,
+            after,
+            stop=lambda b: not b.startswith(pb),
         )
 
     def all(self, spec: StoreSpec, args: Args) -> dict[str, Any]:
         """``all``: every entry of a key-value or window store."""
         store = self._store(spec, args)
         rev = args.flag("reverse")
+        after = self._after(args, args.has("partition"))
         if spec.kind == "key_value":
-            it = store.reverse_all() if rev else store.all()
+            if after is not None:
+                k = spec.key_serde.deserialize(after.raw)
+                it = store.reverse_range(None, k) if rev else store.range(k, None)
+            else:
+                it = store.reverse_all() if rev else store.all()
         elif spec.kind == "window":
-            it = store.backward_all() if rev else store.all()
+            if after is not None:  # from (back to) the position's segment
+                t0, t1 = self._segment_times(spec, after, 0, _LONG_MAX, rev)
+                it = store.backward_fetch_all(t0, t1) if rev else store.fetch_all(t0, t1)
+            else:
+                it = store.backward_all() if rev else store.all()
         else:
             raise bad("session stores have no 'all'; use sessions with key_from/key_to")
-        return self._items(it, self._limit(args), self._pair(spec))
+        order = self._order(spec, args, False)
+        return page(it, self._limit(args), self._pair(spec), order, after, rev)
+
+    def _segment_times(
+        self, spec: StoreSpec, after: Position, t0: int, t1: int, rev: bool
+    ) -> tuple[int, int]:
+        """A windowed range's times, restricted to start at (``rev``: end with) the resume
+        position's segment."""
+        seg_start = after.segment * self._interval(spec)
+        if rev:
+            return t0, min(t1, seg_start + self._interval(spec) - 1)
+        return max(t0, seg_start), t1
 
     def count(self, spec: StoreSpec, args: Args) -> dict[str, Any]:
         """``count``: the approximate number of entries."""
@@ -347,29 +410,55 @@ class Service:
                 value = store.fetch(key, args.need_int("time"))
                 return {"value": encode_value(value, venc), "found": value is not None}
             t0, t1 = args.need_int("time_from"), args.need_int("time_to")
+            after = self._after(args, True)
+            if after is not None:  # from (back to) the position's window start
+                t0, t1 = (t0, min(t1, after.time)) if back else (max(t0, after.time), t1)
             it = store.backward_fetch(key, t0, t1) if back else store.fetch(key, t0, t1)
-            return self._items(it, limit, self._timed(spec))
+            order = self._order(spec, args, True, single=True)
+            return page(it, limit, self._timed(spec), order, after, back)
         lo = self._optional_key(spec, args, "key_from")
         hi = self._optional_key(spec, args, "key_to")
         t0, t1 = args.need_int("time_from"), args.need_int("time_to")
         store = self._store(spec, args)
+        after = self._after(args, args.has("partition"))
+        if after is not None:
+            t0, t1 = self._segment_times(spec, after, t0, t1, back)
         it = store.backward_fetch(lo, hi, t0, t1) if back else store.fetch(lo, hi, t0, t1)
-        return self._items(it, limit, self._pair(spec))
+        order = self._order(spec, args, False)
+        return page(it, limit, self._pair(spec), order, after, back)
 
     def fetch_all(self, spec: StoreSpec, args: Args) -> dict[str, Any]:
         """``fetch_all``: the windows starting in a time range."""
         self._kind(spec, "window")
         t0, t1 = args.need_int("time_from"), args.need_int("time_to")
         store = self._store(spec, args)
-        it = store.backward_fetch_all(t0, t1) if args.flag("backward") else store.fetch_all(t0, t1)
-        return self._items(it, self._limit(args), self._pair(spec))
+        back = args.flag("backward")
+        after = self._after(args, args.has("partition"))
+        if after is not None:
+            t0, t1 = self._segment_times(spec, after, t0, t1, back)
+        it = store.backward_fetch_all(t0, t1) if back else store.fetch_all(t0, t1)
+        order = self._order(spec, args, False)
+        return page(it, self._limit(args), self._pair(spec), order, after, back)
 
     def sessions(self, spec: StoreSpec, args: Args) -> dict[str, Any]:
         """``sessions``: a key's (or a key range's) sessions."""
         self._kind(spec, "session")
         e, s = args.need_int("earliest_end"), args.need_int("latest_start")
-        name = "backward_find_sessions" if args.flag("backward") else "find_sessions"
-        if args.has("key") or args.has("key_b64"):
+        back = args.flag("backward")
+        name = "backward_find_sessions" if back else "find_sessions"
+        keyed = args.has("key") or args.has("key_b64")
+        after = self._after(args, keyed or args.has("partition"))
+        if after is not None:
+            # The sessions after the position end no earlier (forward) or start no later
+            # (backward: a session starts before it ends) than the position's end (one key)
+            # or its segment's first (last) time (a key range, ordered by segment).
+            if keyed:
+                lo_t = hi_t = after.session_end
+            else:
+                lo_t = after.segment * self._interval(spec)
+                hi_t = lo_t + self._interval(spec) - 1
+            e, s = (e, min(s, hi_t)) if back else (max(e, lo_t), s)
+        if keyed:
             key = self._key(spec, args)
             store, _ = self._keyed(spec, args, key)
             it = getattr(store, name)(key, e, s)
@@ -377,7 +466,8 @@ class Service:
             lo = self._optional_key(spec, args, "key_from")
             hi = self._optional_key(spec, args, "key_to")
             it = getattr(self._store(spec, args), name)(lo, hi, e, s)
-        return self._items(it, self._limit(args), self._pair(spec))
+        order = self._order(spec, args, keyed)
+        return page(it, self._limit(args), self._pair(spec), order, after, back)
 
     def session(self, spec: StoreSpec, args: Args) -> dict[str, Any]:
         """``session``: one session's aggregation."""
