@@ -169,3 +169,26 @@ def test_a_bad_buffer_from_allocate_is_a_typed_error_not_a_write_past_it():
         split_value_columns(VF.PLAIN, [b"abc"], lambda n: bytes(n))
     with pytest.raises(InvalidArgumentError, match=r"allocate\(16\) returned a buffer of 2 bytes"):
         window_key_columns([bytes(16)], lambda n: bytearray(2))
+
+
+def test_the_default_pool_reuses_only_memory_no_column_holds():
+    from txstore.codecs._native import _BufferPool
+
+    pool = _BufferPool(max_bytes=3 * 400_001)  # room for exactly three buffers
+    raws = [bytes([i % 251]) * 100 for i in range(4000)]  # 400 kB: above MIN_BYTES
+    kept = split_value_columns(VF.PLAIN, raws, pool.allocate)
+    alive = pool.allocate(400_000)  # a buffer someone still holds
+    other = split_value_columns(VF.PLAIN, [b"\xee" * 100] * 4000, pool.allocate)
+    assert kept.values.to_list() == raws  # not overwritten by the later calls
+    assert other.values[0] == b"\xee" * 100
+    arrow = pa.py_buffer(other.values.data)  # an export keeps the buffer in use
+    del other
+    # only other.headers is released: `kept`, `alive` and `arrow` hold the rest
+    assert [cap for cap, _ in pool._free] == [400_001]
+    assert arrow.to_pybytes()[:100] == b"\xee" * 100
+    del arrow, alive
+    assert len(pool._free) == 3  # released: other.values, other.headers, alive
+    again = split_value_columns(VF.PLAIN, raws, pool.allocate)
+    assert len(pool._free) == 1 and again.values.to_list() == raws  # two reused
+    del kept, again
+    assert pool._kept == 3 * 400_001  # bounded: of the 5 buffers released, 3 are kept

@@ -13,6 +13,8 @@ it is the one single-item codec where C wins.
 from __future__ import annotations
 
 import struct
+import threading
+import weakref
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
@@ -290,9 +292,52 @@ def _pack_column_input(name: str, raws: Sequence[bytes]) -> tuple[bytes, bytes, 
 Allocate = Callable[[int], Any]
 
 
-def _allocate_default(nbytes: int) -> Any:
-    # + 1: never a zero-size allocation; ffi.buffer keeps the cdata alive with the column
-    return _ffi.buffer(_new_output("uint8_t[]", nbytes + 1), nbytes + 1)
+class _BufferPool:
+    """The column functions' default output buffers, with the memory of large ones recycled.
+
+    A fresh buffer of a megabyte comes from ``mmap`` (or a heap top that glibc trims on free):
+    every call then pays a page fault per 4 KiB it writes, which on this machine made a
+    10,000-row split cost 131 ns per row against ~20 ns with recycled memory. The pool keeps
+    the memory of a large buffer once its last user is gone (a finalizer on the buffer object
+    that every user holds, directly or through a ``memoryview`` or Arrow buffer made from it)
+    and hands it out again: a live column's data is never reused. Small buffers come from the
+    ordinary allocator; at most ``max_bytes`` are kept.
+    """
+
+    MIN_BYTES = 256 * 1024
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._free: list[tuple[int, Any]] = []  # (capacity, cdata)
+        self._kept = 0
+        # reentrant: a GC pass inside the lock may finalize a buffer, which calls _release
+        self._lock = threading.RLock()
+
+    def allocate(self, nbytes: int) -> Any:
+        size = nbytes + 1  # never a zero-size allocation
+        if size < self.MIN_BYTES:
+            return _ffi.buffer(_new_output("uint8_t[]", size), size)
+        found = None
+        with self._lock:
+            for i, (cap, _) in enumerate(self._free):
+                if size <= cap <= 2 * size:  # at most half of a recycled buffer unused
+                    found = self._free.pop(i)
+                    self._kept -= cap
+                    break
+        cap, cdata = found or (size, _new_output("uint8_t[]", size))
+        buf = _ffi.buffer(cdata, size)
+        weakref.finalize(buf, self._release, cap, cdata)
+        return buf
+
+    def _release(self, cap: int, cdata: Any) -> None:
+        with self._lock:
+            if self._kept + cap <= self.max_bytes:
+                self._free.append((cap, cdata))
+                self._kept += cap
+
+
+_POOL = _BufferPool()
+_allocate_default = _POOL.allocate
 
 
 def _writable(buf: Any, nbytes: int) -> Any:
@@ -324,10 +369,11 @@ def split_value_columns(
     C call, making no object per row; ``None`` items are refused.
 
     O(n); the batch form of :func:`split_value` for readers that build Arrow arrays.
-    ``allocate(nbytes)`` gives the buffers the byte columns are written to (default: fresh
-    memory from C). Pass a pool's allocator (``pyarrow.allocate_buffer``) when the columns go
-    to Arrow: fresh multi-megabyte buffers cost a page fault per 4 KiB on every call
-    (measured: 214 against 55 ns per row for 64k rows of 110 bytes), a pool reuses its pages.
+    ``allocate(nbytes)`` gives the buffers the byte columns are written to: by default C
+    memory whose large buffers are recycled once no column uses them (fresh multi-megabyte
+    buffers cost a page fault per 4 KiB on every call: measured 214 against 55 ns per row for
+    64k rows of 110 bytes). Pass ``pyarrow.allocate_buffer`` when the columns go to Arrow: the
+    data buffers are then Arrow's own, from its pool.
 
     >>> cols = split_value_columns(ValueFormat.TIMESTAMPED, [bytes(7) + b"\\x05v", bytes(8)])
     >>> cols.values.to_list(), cols.timestamps.tolist(), cols.headers.to_list()
