@@ -65,7 +65,7 @@ def stored_format(meta: Mapping[str, Any]) -> ValueFormat:
     """The value format a store's metadata records. A store made at the bytes level
     (:class:`~txstore.kv_bytes.BytesKeyValueStore`) records ``"bytes"``: its values are stored
     as given, which is the ``PLAIN`` layout."""
-    name = meta.get("format")
+    name = str(meta.get("format"))
     if name == "bytes":
         return ValueFormat.PLAIN
     try:
