@@ -42,6 +42,7 @@ Thread model: an overlay belongs to its partition's single writer thread.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from typing import Final
@@ -303,6 +304,45 @@ class DbOverlay:
         if self._pending:
             self._sync_index()
         return read_sorted_chunk(self._index, self.mem, rng, reverse, n)
+
+    def read_small(self, lo: bytes, hi: bytes, limit: int) -> list[Row] | None:
+        """The staged rows of ``[lo, hi]`` (tombstones included) in ascending order, when
+        they are all in the memory tier (nothing spilled, no drop staged) and at most
+        ``limit``; else None (read through :meth:`read_chunk`). O(log n + rows).
+
+        It bisects the index's sorted sublists directly (``SortedList`` keeps its keys in
+        ``_lists``, each sublist's last key in ``_maxes``; stable since sortedcontainers 2.0):
+        a range with nothing staged, the common case of a fetch, costs two C bisections
+        instead of an ``irange`` (measured: about 0.2 against 1.5 us)."""
+        if self.layered:
+            return None
+        mem = self.mem
+        if not mem:
+            return []
+        if self._pending:
+            self._sync_index()
+        index = self._index
+        maxes = index._maxes
+        pos = bisect_left(maxes, lo)
+        if pos == len(maxes):
+            return []
+        lists = index._lists
+        sub = lists[pos]
+        i = bisect_left(sub, lo)
+        if sub[i] > hi:  # ``maxes[pos] >= lo``, so ``sub[i]`` exists
+            return []
+        out: list[Row] = []
+        while True:
+            j = bisect_right(sub, hi, i)
+            for k in sub[i:j]:
+                out.append((k, mem[k]))
+            if len(out) > limit:
+                return None
+            pos += 1
+            if j < len(sub) or pos == len(lists):
+                return out
+            sub = lists[pos]
+            i = 0
 
     def read_chunk(self, rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
         """A chunk of the merged overlay (memory over spill), tombstones included."""

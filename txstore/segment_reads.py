@@ -21,17 +21,14 @@ from typing import TYPE_CHECKING, Any, Final
 from txstore.codecs import ValueFormat, convert_value, segment_id
 from txstore.errors import (
     InvalidArgumentError,
-    InvalidStateStoreError,
     InvalidTypeError,
     StorageError,
 )
 from txstore.iterators import (
     CHUNK_MAX,
     CHUNK_MIN,
-    EMPTY_SOURCE,
     ChunkSource,
     EmptyIterator,
-    FnSource,
     IteratorRegistry,
     KeyRange,
     KeyValueIterator,
@@ -41,8 +38,6 @@ from txstore.iterators import (
 from txstore.overlay import DbOverlay
 from txstore.partition_base import (
     MAX_KEY_SIZE,
-    AtomicReads,
-    Snapshot,
 )
 
 if TYPE_CHECKING:
@@ -52,12 +47,13 @@ __all__ = [
     "RowsIterator",
     "Segment",
     "SegmentIterator",
-    "SegmentedReadCommittedView",
     "SegmentedReads",
     "read_all",
 ]
 
 _REG: Final = struct.Struct(">q")
+_pack_qi: Final = struct.Struct(">qi").pack
+INT_MAX: Final = 2**31 - 1
 _ALL: Final = 1 << 62  # "every row" for a chunk read
 #: First chunk of a single-key fetch (see :meth:`SegmentedReads.fetch`).
 SINGLE_KEY_FIRST_CHUNK: Final = 8
@@ -350,6 +346,34 @@ class SegmentedReads:
         st = self._store
         return st._observed - st.retention + 1
 
+    def _window_bounds(
+        self, key: bytes, time_from: int, time_to: int
+    ) -> tuple[int, int, bytes, bytes] | tuple[()] | None:
+        """What a single-key window fetch of ``key`` reads (window schema only): the first and
+        last segment ids and the key bounds ``key || L(max(0, from)) || I(0)`` and ``key ||
+        L(to) || I(MAX)``, where ``from`` is raised to the retention's ``observed - retention
+        + 1``; ``()`` when nothing can match, None when the bounds need the general path
+        (``to < 0``, or another schema). A row between the bounds whose key is exactly
+        ``len(key) + 12`` bytes long is one of ``key``'s windows in the time range (a row of
+        another length belongs to a longer key starting with ``key``). O(1)."""
+        st = self._store
+        actual_from = st._observed - st.retention + 1
+        if time_from > actual_from:
+            actual_from = time_from
+        if time_to < actual_from:
+            return ()
+        if time_to < 0 or not st._window:
+            return None
+        if actual_from < 0:
+            actual_from = 0  # segment ids and stored times are never negative
+        interval = st.segment_interval
+        return (
+            actual_from // interval,
+            time_to // interval,
+            key + _pack_qi(actual_from, 0),
+            key + _pack_qi(time_to, INT_MAX),
+        )
+
     def get(self, key: bytes) -> bytes | None:
         """The value of the exact store key ``key`` (None if absent or expired). O(log n)."""
         self._check_open()
@@ -466,181 +490,3 @@ class SegmentedReads:
             return actual_from <= ts_of(raw) <= time_to
 
         return self._iterate(sids, KeyRange(), False, cond, st.schema.time_order_key)
-
-
-class SegmentedReadCommittedView(SegmentedReads):
-    """Committed data only: the committed segment registry and segments, never the overlay.
-
-    Usable from any thread. Expiry uses the writer's observed stream time. Each read is one or
-    more short read transactions; :meth:`snapshot` gives a view where all reads see one commit.
-
-    A segment's rows are decoded with the format its registry entry gives *in the transaction
-    that read them*: every read of a segment (a get, a short fetch, each chunk of a scan) reads
-    the entry and the rows together (:meth:`~txstore.partition_base.PartitionBase.read_atomic`).
-    A commit that converts an old-format segment in place (lazy upgrade) rewrites both at once,
-    so a reader never decodes converted rows with the old format, even when that commit lands
-    between the query's listing of the segments and its reads, or between two chunks.
-    """
-
-    def __init__(self, store: SegmentedBytesStore, snapshot: Snapshot | None = None) -> None:
-        self._store = store
-        self._snap = snapshot
-        self._iters = IteratorRegistry()
-        self._last_registry: dict[int, ValueFormat] = {}
-        self._cached: tuple[int | None, dict[int, ValueFormat]] | None = None
-
-    def _check_open(self) -> None:
-        self._store._check_open()
-        if self._snap is not None and self._snap.closed:
-            raise InvalidStateStoreError(
-                f"snapshot view of store {self._store._name!r} is closed: take a new snapshot"
-            )
-
-    def _register(self, it: KeyValueIterator) -> KeyValueIterator:
-        self._store._iters.add(it)
-        return super()._register(it)
-
-    def _source(self, db: bytes) -> ChunkSource:
-        if self._snap is None:
-            return self._store._p.source(db, shared=True)
-        return self._snap.source(db)
-
-    def _registry(self) -> dict[int, ValueFormat]:
-        """The committed segment registry (one short read), remembered for the segment reads
-        of the query that asked for it: a segment dropped meanwhile reads as empty.
-
-        Kept while nothing was committed since it was read: the writer partition of this
-        process counts its write transactions (``write_generation``, sampled before the read);
-        a snapshot never changes. Other partitions (read-only, in memory) read it every time.
-        """
-        gen = -1 if self._snap is not None else self._store._p.write_generation
-        cached = self._cached
-        if cached is not None and gen is not None and cached[0] == gen:
-            self._last_registry = cached[1]
-            return cached[1]
-        rows = read_all(self._source(self._store._reg_db))
-        reg = {_REG.unpack(k)[0]: ValueFormat(v[0]) for k, v in rows if v}
-        self._last_registry = reg
-        if gen is not None:
-            self._cached = (gen, reg)
-        return reg
-
-    def _segment_ids(self) -> list[int]:
-        return sorted(self._registry())
-
-    def _format_of(self, sid: int) -> ValueFormat | None:
-        fmt = self._last_registry.get(sid)
-        return fmt if fmt is not None else self._registry().get(sid)
-
-    def _segment_format(self, reads: AtomicReads, sid: int) -> ValueFormat | None:
-        """The format of segment ``sid`` in the registry, as of ``reads`` (None: no such
-        segment, e.g. dropped since the segments were listed). O(log segments)."""
-        v = reads.get(self._store._reg_db, _REG.pack(sid))
-        if not v:
-            return None
-        fmt = self._store.format
-        return fmt if v[0] == fmt else ValueFormat(v[0])  # the enum call only when it differs
-
-    def _open_segment(self, sid: int) -> tuple[ChunkSource, Segment | None]:
-        st = self._store
-        db = st.segment_db(sid)
-        if self._snap is not None:  # one transaction for everything already
-            fmt = self._format_of(sid)
-            if fmt is None:
-                return EMPTY_SOURCE, None
-            return self._source(db), Segment(sid, fmt, db, None)
-        p, dbs, dst = st._p, (st._reg_db, db), st.format
-
-        def chunk(reads: AtomicReads, rng: KeyRange, reverse: bool, n: int) -> Any:
-            fmt = self._segment_format(reads, sid)
-            if fmt is None:
-                return [], None
-            rows, frontier = reads.read_chunk(db, rng, reverse, n)
-            if fmt != dst:
-                rows = [(k, convert_value(v, fmt, dst)) for k, v in rows]
-            return rows, frontier
-
-        def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
-            result: tuple[list[Row], bytes | None] = p.read_atomic(
-                dbs, lambda reads: chunk(reads, rng, reverse, n)
-            )
-            return result
-
-        # Rows come out of ``read`` in the store's format already: no conversion downstream.
-        return FnSource(read), Segment(sid, dst, db, None)
-
-    def _fetch_small(
-        self, sids: list[int], lo: bytes, hi: bytes, reverse: bool, cond: Callable[[bytes], bool]
-    ) -> RowsIterator | None:
-        """A single-key fetch in one read transaction: every segment's registry entry and
-        rows (one begin for all the segments, and one committed state for the whole fetch);
-        None when a segment holds more than :data:`SMALL_READ_LIMIT` rows in range."""
-        if self._snap is not None:
-            return None
-        st = self._store
-        dst = st.format
-        segs = [(sid, st.segment_db(sid)) for sid in (reversed(sids) if reverse else sids)]
-
-        def read(reads: AtomicReads) -> list[tuple[bytes, bytes]] | None:
-            out: list[tuple[bytes, bytes]] = []
-            for sid, db in segs:
-                fmt = self._segment_format(reads, sid)
-                if fmt is None:
-                    continue  # dropped since the segments were listed
-                rows, more = reads.read_range(db, lo, hi, reverse, SMALL_READ_LIMIT)
-                if more:
-                    return None
-                if fmt != dst:
-                    rows = [(k, convert_value(v, fmt, dst)) for k, v in rows]
-                rows = [r for r in rows if cond(r[0])]
-                if reverse:
-                    rows.reverse()
-                out += rows  # type: ignore[arg-type]
-            return out
-
-        dbs = [st._reg_db, *(db for _, db in segs)]
-        out: list[tuple[bytes, bytes]] | None = st._p.read_atomic(dbs, read)
-        return None if out is None else RowsIterator(out, st)
-
-    def _get_raw(self, sid: int, key: bytes) -> tuple[bytes | None, ValueFormat]:
-        st = self._store
-        db = st.segment_db(sid)
-        if self._snap is not None:
-            fmt = self._registry().get(sid)
-            if fmt is None:
-                return None, st.format
-            return self._snap.get(db, key), fmt
-
-        def read(reads: AtomicReads) -> tuple[bytes | None, ValueFormat]:
-            fmt = self._segment_format(reads, sid)
-            if fmt is None:
-                return None, st.format
-            return reads.get(db, key), fmt
-
-        result: tuple[bytes | None, ValueFormat] = st._p.read_atomic((st._reg_db, db), read)
-        return result
-
-    @property
-    def committed_offset(self) -> int | None:
-        """The committed offset (of this snapshot, for a snapshot view)."""
-        self._check_open()
-        if self._snap is not None:
-            return self._snap.committed_offset(self._store._name)
-        return self._store._p.committed_offset(self._store._name)
-
-    def snapshot(self) -> SegmentedReadCommittedView:
-        """A view whose reads all see one committed state (close it: it pins pages)."""
-        self._check_open()
-        return SegmentedReadCommittedView(self._store, self._store._p.snapshot())
-
-    def close(self) -> None:
-        """Close this view's iterators and its snapshot, if any. Idempotent."""
-        self._iters.close_all()
-        if self._snap is not None:
-            self._snap.close()
-
-    def __enter__(self) -> SegmentedReadCommittedView:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -35,8 +35,7 @@ import logging
 import struct
 from bisect import insort
 from collections.abc import Iterable, Mapping
-from functools import partial
-from types import SimpleNamespace
+from itertools import repeat
 from typing import Any, Final
 
 from txstore import faults
@@ -67,16 +66,18 @@ from txstore.partition_base import (
 )
 from txstore.schemas import KeySchema
 from txstore.segment_reads import (
+    INT_MAX,
     SMALL_READ_LIMIT,
     RowsIterator,
     Segment,
-    SegmentedReadCommittedView,
     SegmentedReads,
     SegmentIterator,
     _check_key,
     _check_value,
+    _pack_qi,
     read_all,
 )
+from txstore.segment_views import SegmentedReadCommittedView
 
 __all__ = [
     "RowsIterator",
@@ -87,8 +88,6 @@ __all__ = [
 
 _log = logging.getLogger("txstore")
 _REG: Final = struct.Struct(">q")
-_QI: Final = struct.Struct(">qi")
-INT_MAX: Final = 2**31 - 1
 
 
 class SegmentedBytesStore(SegmentedReads):
@@ -131,6 +130,7 @@ class SegmentedBytesStore(SegmentedReads):
         self.retention = retention
         self.segment_interval = segment_interval
         self._segment_id = segment_id_function(int(segment_interval))
+        self._window = schema.window
         self.format = ValueFormat(fmt)
         self.in_memory = not p.persistent
         self._transactional = bool(transactional)
@@ -146,13 +146,15 @@ class SegmentedBytesStore(SegmentedReads):
         self._reg_ov = None if self._overlay is None else self._overlay.db(name, self._reg_db)
         self._iters = IteratorRegistry()
         self.dropped_records = 0
-        # ``open_check(x)`` is the store's open flag, read from C (DecodedIterator's
-        # predicate); it reads a separate holder, not the store (no reference cycle).
-        self._open_flag = SimpleNamespace(open=False)
-        self.open_check = partial(getattr, self._open_flag, "open")
+        # ``alive``: the store's open flag as the selectors of ``itertools.compress`` (see
+        # txstore.window.DecodedIterator), read from C: an endless repeat of a list that holds
+        # one element while the store is open (truthy) and none once closed (falsy).
+        self._alive: list[bool] = []
+        self.alive = repeat(self._alive)
         self._reset()
         p.attach(name, self)
-        self._open = self._open_flag.open = True
+        self._open = True
+        self._alive.append(True)
 
     # -- state --------------------------------------------------------------------------------
 
@@ -221,7 +223,8 @@ class SegmentedBytesStore(SegmentedReads):
         """Close the store and its iterators; uncommitted writes are discarded. Idempotent."""
         if not self._open:
             return
-        self._open = self._open_flag.open = False
+        self._open = False
+        self._alive.clear()
         self._iters.close_all()
         p = self._p
         if not p.closed:
@@ -269,10 +272,14 @@ class SegmentedBytesStore(SegmentedReads):
             return []
         ov = seg.ov
         upper: list[Row] = []
-        if ov is not None and not ov.is_empty():
-            upper, frontier = ov.read_chunk(KeyRange(lo, hi), reverse, SMALL_READ_LIMIT)
-            if frontier is not None:
-                return None
+        if ov is not None:
+            small = ov.read_small(lo, hi, SMALL_READ_LIMIT)  # the memory tier alone
+            if small is not None:
+                upper = small
+            else:  # spilled, a drop staged, or more rows than the limit
+                upper, frontier = ov.read_chunk(KeyRange(lo, hi), reverse, SMALL_READ_LIMIT)
+                if frontier is not None:
+                    return None
         if ov is not None and ov.dropped:
             lower: list[Row] = []
         else:
@@ -299,24 +306,28 @@ class SegmentedBytesStore(SegmentedReads):
         another length belongs to a longer key starting with ``key``). O(log n) + O(rows)."""
         if not self._open:
             raise StoreClosedError(self._name)
+        # self._window_bounds(key, time_from, time_to), inlined (one call and a tuple less)
         actual_from = self._observed - self.retention + 1
         if time_from > actual_from:
             actual_from = time_from
         if time_to < actual_from:
             return []
-        if time_to < 0 or not self.schema.window:
+        if time_to < 0 or not self._window:
             return None
+        if actual_from < 0:
+            actual_from = 0
         interval = self.segment_interval
-        first = actual_from // interval if actual_from >= 0 else -(-actual_from // interval)
+        first = actual_from // interval
         last = time_to // interval
-        lo = key + _QI.pack(actual_from if actual_from > 0 else 0, 0)
-        hi = key + _QI.pack(time_to, INT_MAX)
-        out: list[Row] | None = None
+        lo = key + _pack_qi(actual_from, 0)
+        hi = key + _pack_qi(time_to, INT_MAX)
+        out: list[Row] = []
+        fmt = self.format
         for sid in reversed(self._ids) if reverse else self._ids:
             if first <= sid <= last:
                 seg = self._live[sid]
                 ov = seg.ov
-                if (ov is None or not (ov.mem or ov.layered)) and seg.fmt == self.format:
+                if (ov is None or not (ov.mem or ov.layered)) and seg.fmt is fmt:
                     # the common case, inlined: nothing staged, nothing to convert
                     rows, more = self._p.read_range(seg.db, lo, hi, reverse, SMALL_READ_LIMIT)
                     if more:
@@ -328,11 +339,11 @@ class SegmentedBytesStore(SegmentedReads):
                     rows = list(small)
                 if reverse:
                     rows.reverse()
-                if out is None:
-                    out = rows
-                else:
+                if out:
                     out += rows
-        return [] if out is None else out
+                else:
+                    out = rows
+        return out
 
     # -- writes -------------------------------------------------------------------------------
 

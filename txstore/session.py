@@ -45,7 +45,7 @@ from txstore.iterators import KeyValueIterator as BytesIterator
 from txstore.kv import KeyValueIterator
 from txstore.segments import RowsIterator, SegmentedBytesStore
 from txstore.types import KeyValue, SessionWindow, Windowed, check_long
-from txstore.window import DecodedIterator, StoreControl, TypedSegmentedStore, to_millis
+from txstore.window import StoreControl, TypedSegmentedStore, decoded_iterator, to_millis
 
 __all__ = ["ReadOnlySessionStore", "SessionStore"]
 
@@ -75,7 +75,7 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         if type(inner) is RowsIterator:
             windowed, decode = self._windowed, self._decode
             items = [KeyValue(windowed(k), decode(v)) for k, v in inner.rows]
-            return DecodedIterator(items, inner._store)
+            return decoded_iterator(items, inner._store)
         return KeyValueIterator(inner, self._windowed, self._decode)
 
     @overload
