@@ -126,17 +126,17 @@ def test_writer_cursor_is_kept_until_the_transaction_ends(tmp_path: Path) -> Non
         assert isinstance(part, Partition)
         with w.fetch("k", 0, 100) as it:
             assert [kv.value for kv in it] == ["v0"]
-        cursors = dict(part._rcurs)
+        cursors = dict(part.writer_cursors)
         assert list(cursors) == [b"w.0"]
         with w.fetch("k", 0, 100) as it:
             assert [kv.value for kv in it] == ["v0"]
-        assert part._rcurs == cursors  # the same cursor, reused
+        assert part.writer_cursors == cursors  # the same cursor, reused
         w.put("k", "v1", 10)
         w.commit(2)  # a write transaction ends the read transaction and its cursors
-        assert part._rcurs == {}
+        assert part.writer_cursors == {}
         with w.fetch("k", 0, 100) as it:
             assert [kv.value for kv in it] == ["v0", "v1"]
-    assert part._rcurs == {}
+    assert part.writer_cursors == {}
 
 
 def test_fork_child_forgets_the_writer_cursors(tmp_path: Path) -> None:
@@ -147,10 +147,10 @@ def test_fork_child_forgets_the_writer_cursors(tmp_path: Path) -> None:
         with w.fetch("k", 0, 100) as it:
             assert len(list(it)) == 1
         part = db.partition
-        assert isinstance(part, Partition) and part._rcurs
+        assert isinstance(part, Partition) and part.writer_cursors
         pid = os.fork()
         if pid == 0:  # never return into pytest from the child
-            os._exit(0 if not part._rcurs and part._rtxn is None else 1)
+            os._exit(0 if not part.writer_cursors and part._rtxn is None else 1)
         _, status = os.waitpid(pid, 0)
         assert os.WEXITSTATUS(status) == 0
         with w.fetch("k", 0, 100) as it:  # the parent's cursor still works

@@ -102,7 +102,7 @@ def _after_fork_in_child() -> None:
     # and release the *parent's* reader slots in the shared lock file (reproduced: the
     # parent's snapshot then no longer pins its pages).
     for p in list(_partitions):
-        p._rcurs = {}  # cursors of the inherited read transaction, before it
+        p.writer_cursors = {}  # cursors of the inherited read transaction, before it
         p._rtxn = None
         p._rdbs = {}
         try:  # no lock: another parent thread may have held it at the fork

@@ -137,6 +137,13 @@ class PartitionBase:
     """Counts the write transactions this object committed, if it is the only writer of its
     data (a writable :class:`~txstore.partition.Partition`); None otherwise. Readers may cache
     what they read while it is unchanged."""
+    writer_cursors: Mapping[bytes, Any] = {}
+    """Cursors of the writer's read transaction, by database (a writable
+    :class:`~txstore.partition.Partition`; empty otherwise), for the writer thread's short
+    forward reads that position one (``set_range``) and read it to their end at once, with no
+    other read or write of the partition in between: the fast path of a single-key window
+    fetch. The mapping is replaced, never changed in place, when that transaction ends. A
+    database without a cursor here: use :meth:`read_range`, which opens one."""
 
     def __init__(self) -> None:
         self._closed = False

@@ -328,10 +328,25 @@ class SegmentedBytesStore(SegmentedReads):
                 seg = self._live[sid]
                 ov = seg.ov
                 if (ov is None or not (ov.mem or ov.layered)) and seg.fmt is fmt:
-                    # the common case, inlined: nothing staged, nothing to convert
-                    rows, more = self._p.read_range(seg.db, lo, hi, reverse, SMALL_READ_LIMIT)
-                    if more:
-                        return None
+                    # The common case: nothing staged, nothing to convert. Forward, with the
+                    # writer's cursor on the segment at hand: read_range's loop, inlined.
+                    cur = None if reverse else self._p.writer_cursors.get(seg.db)
+                    if cur is None:
+                        rows, more = self._p.read_range(seg.db, lo, hi, reverse, SMALL_READ_LIMIT)
+                        if more:
+                            return None
+                    else:
+                        rows = []
+                        if cur.set_range(lo):
+                            append = rows.append
+                            room = SMALL_READ_LIMIT
+                            for row in cur:
+                                if row[0] > hi:
+                                    break
+                                if not room:
+                                    return None
+                                room -= 1
+                                append(row)
                 else:
                     small = self._read_small(sid, lo, hi, reverse)
                     if small is None:

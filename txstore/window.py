@@ -156,8 +156,14 @@ class DecodedIterator(_Compress, KeyValueIterator[K, V]):
     def close(self) -> None:
         self._items.clear()
 
-    def __exit__(self, *exc: object) -> None:
-        self._items.clear()
+    if TYPE_CHECKING:
+
+        def __exit__(self, *exc: object) -> None: ...
+
+    else:
+
+        def __exit__(self, exc_type, exc, tb):  # three parameters: no tuple to pack
+            self._items.clear()
 
 
 def decoded_iterator(items: list[Any], store: SegmentedBytesStore) -> DecodedIterator[Any, Any]:
