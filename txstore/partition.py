@@ -386,7 +386,7 @@ class Partition(PartitionBase):
         for attempt in range(8):
             if full is not None:
                 sh.reopen_full(full.generation)
-            elif sh.needs_relief():
+            elif not sh.writable_env and sh.needs_relief():  # the check, for read-only ones
                 sh.relieve()  # a safe point: this thread reads nothing yet
             sh.gate.enter()
             try:
@@ -774,6 +774,12 @@ class Partition(PartitionBase):
         self._sh.env.sync(True)
 
 
+def _unnamed(db: bytes) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"database {db!r} was not named to read_atomic; name every database up front"
+    )
+
+
 class _LmdbReads(AtomicReads):
     """:class:`AtomicReads` in one LMDB read transaction (see :meth:`Partition.read_atomic`).
 
@@ -792,12 +798,13 @@ class _LmdbReads(AtomicReads):
         try:
             return self._handles[db]
         except KeyError:
-            raise InvalidArgumentError(
-                f"database {db!r} was not named to read_atomic; name every database up front"
-            ) from None
+            raise _unnamed(db) from None
 
     def get(self, db: bytes, key: bytes) -> bytes | None:
-        h = self._handle(db)
+        try:
+            h = self._handles[db]  # self._handle(db), inlined
+        except KeyError:
+            raise _unnamed(db) from None
         if h is None:
             return None
         try:
@@ -811,7 +818,10 @@ class _LmdbReads(AtomicReads):
     def read_range(
         self, db: bytes, lo: bytes, hi: bytes, reverse: bool, limit: int
     ) -> tuple[list[Row], bool]:
-        h = self._handle(db)
+        try:
+            h = self._handles[db]  # self._handle(db), inlined
+        except KeyError:
+            raise _unnamed(db) from None
         if h is None:
             return [], False
         try:

@@ -8,7 +8,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Final
 
 from txstore.codecs import ValueFormat, convert_value
-from txstore.errors import InvalidStateStoreError
+from txstore.errors import InvalidStateStoreError, StoreClosedError
 from txstore.iterators import (
     EMPTY_SOURCE,
     ChunkSource,
@@ -197,15 +197,19 @@ class SegmentedReadCommittedView(SegmentedReads):
         <txstore.segments.SegmentedBytesStore.fetch_window_rows>` of committed data, in one
         read transaction (see :meth:`_read_rows`); None: use :meth:`fetch` (a segment holds
         too many rows, or this is a snapshot view)."""
-        self._check_open()
         if self._snap is not None:
+            self._check_open()
             return None
+        if not self._store._open:
+            raise StoreClosedError(self._store._name)
         bounds = self._window_bounds(key, time_from, time_to)
         if not bounds:
             return None if bounds is None else []
         first, last, lo, hi = bounds
-        sids = sorted([s for s in self._registry() if first <= s <= last], reverse=reverse)
-        if not sids:
+        sids = [s for s in self._registry() if first <= s <= last]
+        if len(sids) > 1:
+            sids.sort(reverse=reverse)
+        elif not sids:
             return []
         rows: list[Row] | None = self._read_rows(sids, lo, hi, reverse)  # type: ignore[assignment]
         return rows

@@ -327,9 +327,10 @@ class SegmentedBytesStore(SegmentedReads):
             if first <= sid <= last:
                 seg = self._live[sid]
                 ov = seg.ov
-                if (ov is None or not (ov.mem or ov.layered)) and seg.fmt is fmt:
-                    # The common case: nothing staged, nothing to convert. Forward, with the
-                    # writer's cursor on the segment at hand: read_range's loop, inlined.
+                if seg.fmt is fmt and (ov is None or not ov.layered):
+                    # The common case: nothing to convert, nothing spilled or dropped. The
+                    # committed rows: forward, through the writer's cursor on the segment with
+                    # read_range's loop inlined.
                     cur = None if reverse else self._p.writer_cursors.get(seg.db)
                     if cur is None:
                         rows, more = self._p.read_range(seg.db, lo, hi, reverse, SMALL_READ_LIMIT)
@@ -347,6 +348,12 @@ class SegmentedBytesStore(SegmentedReads):
                                     return None
                                 room -= 1
                                 append(row)
+                    if ov is not None and ov.mem:  # then the staged rows over them
+                        staged = ov.read_small(lo, hi, SMALL_READ_LIMIT)
+                        if staged is None:
+                            return None
+                        if staged:
+                            rows = merge_rows(staged, rows, False)
                 else:
                     small = self._read_small(sid, lo, hi, reverse)
                     if small is None:
