@@ -310,6 +310,10 @@ class PartitionBase:
         if self.overlay is not None:
             for name in checked:
                 self.overlay.clear_store(name)
+        for name in checked:  # stores that keep committed in-memory state (segmented stores)
+            on_commit = getattr(self._stores.get(name), "on_commit", None)
+            if on_commit is not None:
+                on_commit()
         self._commits += 1
         if self._commits % READER_CHECK_EVERY == 0:
             self.reader_check()

@@ -357,7 +357,7 @@ class SegmentedReads:
         ``len(key) + 12`` bytes long is one of ``key``'s windows in the time range (a row of
         another length belongs to a longer key starting with ``key``). O(1)."""
         st = self._store
-        actual_from = st._observed - st.retention + 1
+        actual_from = self._min_time()
         if time_from > actual_from:
             actual_from = time_from
         if time_to < actual_from:

@@ -40,8 +40,12 @@ _REG: Final = struct.Struct(">q")
 class SegmentedReadCommittedView(SegmentedReads):
     """Committed data only: the committed segment registry and segments, never the overlay.
 
-    Usable from any thread. Expiry uses the writer's observed stream time. Each read is one or
-    more short read transactions; :meth:`snapshot` gives a view where all reads see one commit.
+    Usable from any thread. Expiry uses the writer's observed stream time *as of its last
+    commit* (:attr:`~txstore.segments.SegmentedBytesStore.committed_observed_stream_time`),
+    never the one uncommitted puts advanced, so uncommitted writes cannot hide committed
+    records; a snapshot view keeps the one of the moment it was taken. Staged segment drops
+    live in the overlay and are invisible here until committed. Each read is one or more short
+    read transactions; :meth:`snapshot` gives a view where all reads see one commit.
 
     A segment's rows are decoded with the format its registry entry gives *in the transaction
     that read them*: every read of a segment (a get, a short fetch, each chunk of a scan) reads
@@ -51,9 +55,15 @@ class SegmentedReadCommittedView(SegmentedReads):
     between the query's listing of the segments and its reads, or between two chunks.
     """
 
-    def __init__(self, store: SegmentedBytesStore, snapshot: Snapshot | None = None) -> None:
+    def __init__(
+        self,
+        store: SegmentedBytesStore,
+        snapshot: Snapshot | None = None,
+        observed: int | None = None,
+    ) -> None:
         self._store = store
         self._snap = snapshot
+        self._observed_at = observed  # None: the store's committed observed time, read live
         self._iters = IteratorRegistry()
         self._last_registry: dict[int, ValueFormat] = {}
         self._cached: tuple[int | None, dict[int, ValueFormat]] | None = None
@@ -64,6 +74,17 @@ class SegmentedReadCommittedView(SegmentedReads):
             raise InvalidStateStoreError(
                 f"snapshot view of store {self._store._name!r} is closed: take a new snapshot"
             )
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The observed stream time this view filters expired records with: the store's as of
+        its last commit (of the moment the snapshot was taken, for a snapshot view)."""
+        if self._observed_at is not None:
+            return self._observed_at
+        return self._store.committed_observed_stream_time
+
+    def _min_time(self) -> int:
+        return self.observed_stream_time - self._store.retention + 1
 
     def _register(self, it: KeyValueIterator) -> KeyValueIterator:
         self._store._iters.add(it)
@@ -243,7 +264,9 @@ class SegmentedReadCommittedView(SegmentedReads):
     def snapshot(self) -> SegmentedReadCommittedView:
         """A view whose reads all see one committed state (close it: it pins pages)."""
         self._check_open()
-        return SegmentedReadCommittedView(self._store, self._store._p.snapshot())
+        st = self._store
+        observed = st.committed_observed_stream_time  # read before: never newer than the data
+        return SegmentedReadCommittedView(st, st._p.snapshot(), observed)
 
     def close(self) -> None:
         """Close this view's iterators and its snapshot, if any. Idempotent."""

@@ -146,6 +146,9 @@ class SegmentedBytesStore(SegmentedReads):
         self._reg_ov = None if self._overlay is None else self._overlay.db(name, self._reg_db)
         self._iters = IteratorRegistry()
         self.dropped_records = 0
+        # The observed stream time as of the last commit applied in this process (-1 in a fresh
+        # process, as the observed time itself): the expiry filter of read-committed views.
+        self._committed_observed = -1
         # ``alive``: the store's open flag as the selectors of ``itertools.compress`` (see
         # txstore.window.DecodedIterator), read from C: an endless repeat of a list that holds
         # one element while the store is open (truthy) and none once closed (falsy).
@@ -159,8 +162,9 @@ class SegmentedBytesStore(SegmentedReads):
     # -- state --------------------------------------------------------------------------------
 
     def _reset(self) -> None:
-        """Observed time back to -1 and the segments as committed (open and recover)."""
-        self._observed = -1
+        """Observed time and segments back to what the last commit left (open and recover):
+        the observed time as of the last commit in this process, -1 in a fresh process."""
+        self._observed = self._committed_observed
         self._dropped: list[Segment] = []
         self._live: dict[int, Segment] = {}
         for k, v in read_all(self._p.source(self._reg_db)):
@@ -539,10 +543,23 @@ class SegmentedBytesStore(SegmentedReads):
         else:
             self._p.record_offset(self._name, changelog_offset)
 
+    def on_commit(self) -> None:
+        """Called by the partition once a commit of this store applied: its observed stream
+        time becomes the committed one (the expiry filter of read-committed views)."""
+        self._committed_observed = self._observed
+
+    @property
+    def committed_observed_stream_time(self) -> int:
+        """The observed stream time as of the last commit in this process (-1: none), which
+        read-committed views filter expired records with. Non-transactional stores write
+        through, so theirs is the current observed time."""
+        return self._observed if self._overlay is None else self._committed_observed
+
     def recover(self, changelog_offset: int) -> bool:
         """Discard uncommitted writes, segment creations and drops; True if the committed
-        offset is at or past ``changelog_offset``. The store is then as a fresh open of its
-        committed state: observed stream time -1, segments as committed. O(uncommitted)."""
+        offset is at or past ``changelog_offset``. The store is then as it was after its last
+        commit: segments as committed, observed stream time as of that commit (-1 if nothing
+        was committed in this process, as after a fresh open). O(uncommitted)."""
         self._check_open()
         offset = check_offset(changelog_offset)
         if self._overlay is not None:
