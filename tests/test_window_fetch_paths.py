@@ -65,6 +65,7 @@ def test_random_model(tmp_path: Path, budget: int, commits: float) -> None:
         view = w.read_committed()
         model: dict[tuple[str, int], str] = {}  # read-uncommitted
         committed: dict[tuple[str, int], str] = {}
+        committed_observed = -1  # views filter expiry with the observed time of the last commit
         offset = 0
         for step in range(1200):
             op = rnd.random()
@@ -81,13 +82,14 @@ def test_random_model(tmp_path: Path, budget: int, commits: float) -> None:
                 offset += 1
                 w.commit(offset)
                 committed = dict(model)
+                committed_observed = w.observed_stream_time
             elif op < 0.62 + commits:
                 w.recover(offset)
                 model = dict(committed)
             else:
                 check_fetches(w, model, rnd)
                 if rnd.random() < 0.3:
-                    low = w.observed_stream_time - RETENTION + 1
+                    low = committed_observed - RETENTION + 1
                     key = rnd.choice(KEYS)
                     with view.fetch(key, 0, 2**62) as it:
                         got = [(kv.key, kv.value) for kv in it]

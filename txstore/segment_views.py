@@ -67,6 +67,8 @@ class SegmentedReadCommittedView(SegmentedReads):
         self._iters = IteratorRegistry()
         self._last_registry: dict[int, ValueFormat] = {}
         self._cached: tuple[int | None, dict[int, ValueFormat]] | None = None
+        #: Registry key and database name of the segments read, by id (made once each).
+        self._names: dict[int, tuple[bytes, bytes]] = {}
 
     def _check_open(self) -> None:
         self._store._check_open()
@@ -180,11 +182,17 @@ class SegmentedReadCommittedView(SegmentedReads):
         st = self._store
         dst = st.format
         reg_db = st._reg_db
-        live = st._live  # the writer's segments (a dict read is atomic): their names, made once
-        segs = [
-            (_REG.pack(sid), seg.db if (seg := live.get(sid)) else st.segment_db(sid))
-            for sid in sids
-        ]
+        names = self._names
+        segs = []  # (registry key, database) of each segment
+        dbs = [reg_db]
+        for sid in sids:
+            pair = names.get(sid)
+            if pair is None:
+                if len(names) >= 256:  # segments roll forward: forget the old ones
+                    names.clear()
+                pair = names[sid] = (_REG.pack(sid), st.segment_db(sid))
+            segs.append(pair)
+            dbs.append(pair[1])
 
         def read(reads: AtomicReads) -> list[tuple[bytes, bytes]] | None:
             out: list[tuple[bytes, bytes]] = []
@@ -206,8 +214,6 @@ class SegmentedReadCommittedView(SegmentedReads):
                     out = rows  # type: ignore[assignment]
             return out
 
-        dbs = [reg_db]
-        dbs += [db for _, db in segs]
         out: list[tuple[bytes, bytes]] | None = st._p.read_atomic(dbs, read)
         return out
 
