@@ -172,6 +172,14 @@ def produce_sessions(path: Path, builder: Any, first: int = 0, last: int = 300) 
         assert store.dropped_records > 0
 
 
+def unnumbered(dbs: dict[bytes, list[tuple[bytes, bytes]]]) -> dict[bytes, Any]:
+    """:func:`store_bytes` with the sequence numbers cut off the window segments' keys. With
+    duplicates the changelog numbers its keys with its own counter, which also counts the null
+    puts the store skips (kafka-formats.md 4.4), and restored keys follow the changelog's
+    numbering, as in Kafka: a restored store equals the original but for those numbers."""
+    return {n: [(k[:-4], v) for k, v in r] if b"." in n else r for n, r in dbs.items()}
+
+
 def store_bytes(path: Path, name: str) -> dict[bytes, list[tuple[bytes, bytes]]]:
     """The store's databases (segment registry and segments) in the partition, as rows."""
     env = lmdb.open(str(path / "data"), readonly=True, max_dbs=1024, lock=True)
@@ -444,7 +452,12 @@ def test_windowed_table_from_changelog_equals_the_store(
     assert len(seen) == -(-end // 97)
     expected = store_bytes(orig, "views")
     assert len(expected) > 2  # the registry and several segments
-    assert store_bytes(copy, "views") == expected
+    got = store_bytes(copy, "views")
+    if dups:
+        assert got != expected  # the null puts took changelog sequence numbers
+        assert unnumbered(got) == unnumbered(expected)
+    else:
+        assert got == expected
     rows = window_rows(copy, builder)
     assert rows and rows == window_rows(orig, builder)
 
@@ -542,7 +555,9 @@ def test_window_changelog_records_as_an_iterable(tmp_path: Path) -> None:
         records = [(r.key, r.value, r.timestamp, r.headers) for r in log.read_committed()]
     with txstore.open(tmp_path / "copy", sync=False) as db:
         windowed_table(records, None, builder, db=db, for_changelog=True)
-    assert store_bytes(tmp_path / "copy", "views") == store_bytes(orig, "views")
+    got, expected = store_bytes(tmp_path / "copy", "views"), store_bytes(orig, "views")
+    assert unnumbered(got) == unnumbered(expected)
+    assert window_rows(tmp_path / "copy", builder) == window_rows(orig, builder)
 
 
 def test_topic_values_take_the_record_timestamp_and_headers(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ Restoring goes the other way through the record converters
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,9 @@ from typing import Any
 from txstore import codecs
 from txstore.changelog_api import Changelog
 from txstore.codecs import ValueFormat
+
+_I = struct.Struct(">i")
+_QI = struct.Struct(">qi")
 
 __all__ = [
     "ChangeLoggingKeyValueBytesStore",
@@ -108,24 +112,58 @@ class ChangeLoggingSegmentedBytesStore(_ChangeLogging):
     """A window or session bytes store (:class:`~txstore.segments.SegmentedBytesStore`) whose
     writes are appended to ``changelog`` as well.
 
-    The changelog key is the store key itself: ``[key][start][seq]`` for windows (the typed
-    store numbers duplicates before the key reaches this layer) and ``[key][end][start]`` for
-    sessions, as Kafka's ``ChangeLoggingWindowBytesStore`` and ``ChangeLoggingSessionBytesStore``
-    write them; restore puts it back verbatim. A record dropped because its segment expired is
-    still logged, as in Kafka (restore drops it again).
+    The changelog key is the store key: ``[key][start][seq]`` for windows and
+    ``[key][end][start]`` for sessions, as Kafka's ``ChangeLoggingWindowBytesStore`` and
+    ``ChangeLoggingSessionBytesStore`` write them; restore puts it back verbatim. A record
+    dropped because its segment expired is still logged, as in Kafka (restore drops it again).
+
+    With ``retain_duplicates`` (window stores), this layer numbers the changelog keys with
+    **its own** sequence counter, as ``ChangeLoggingWindowBytesStore`` does: incremented
+    (``& 0x7FFFFFFF``) before every put, including ``put(key, None, ts)``, which the store
+    skips (no write, no store seqnum) but this layer logs as a null record under
+    ``[key][ts][seq]`` (kafka-formats.md section 4.4). The two counters therefore part after
+    the first null put (store 1, 2 where the changelog has 1, 2 (null), 3); restoring the
+    changelog gives the changelog's numbering, as in Kafka, and a null record deletes a key
+    the store never held: nothing.
     """
+
+    def __init__(
+        self,
+        inner: Any,
+        changelog: Changelog,
+        fmt: ValueFormat,
+        context: RecordContext,
+        retain_duplicates: bool = False,
+    ) -> None:
+        super().__init__(inner, changelog, fmt, context)
+        self.retain_duplicates = retain_duplicates
+        self._seqnum = 0
+
+    def _log_key(self, key: bytes) -> bytes:
+        """The changelog key of the window store key ``key``: its sequence number replaced by
+        this layer's counter, advanced first (retain_duplicates), else ``key`` itself."""
+        if not self.retain_duplicates:
+            return key
+        self._seqnum = seq = (self._seqnum + 1) & 0x7FFFFFFF
+        return key[:-4] + _I.pack(seq)
 
     def put_at(self, key: bytes, ts: int, value: bytes | None) -> bool:
         """Write to the store, then log the write."""
         applied: bool = self.inner.put_at(key, ts, value)
-        self.changelog.append(*self._record(key, value))
+        self.changelog.append(*self._record(self._log_key(key), value))
         return applied
 
     def put(self, key: bytes, value: bytes | None) -> bool:
         """Write to the store, then log the write."""
         applied: bool = self.inner.put(key, value)
-        self.changelog.append(*self._record(key, value))
+        self.changelog.append(*self._record(self._log_key(key), value))
         return applied
+
+    def put_skipped_null(self, key: bytes, ts: int) -> None:
+        """``put(key, None, ts)`` on a window store with retain_duplicates: a no-op in the
+        store, logged here as a null record under ``[key][ts][next seq]`` (as Kafka)."""
+        self.inner.put_skipped_null(key, ts)
+        self.changelog.append(*self._record(self._log_key(key + _QI.pack(ts, 0)), None))
 
     def remove(self, key: bytes) -> None:
         """Remove from the store and log a tombstone."""

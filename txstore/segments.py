@@ -412,6 +412,14 @@ class SegmentedBytesStore(SegmentedReads):
             self._p.write_through(seg.db, [(key, value)])
         return True
 
+    def put_skipped_null(self, key: bytes, ts: int) -> None:
+        """A window store with retain_duplicates was given ``put(key, None, ts)``: a no-op
+        here (Kafka's RocksDBWindowStore), logged by a change-logging layer above
+        (:class:`~txstore.changelogging.ChangeLoggingSegmentedBytesStore`). ``key`` is the
+        serialized record key, without time or sequence number."""
+        if not self._open or self._p.readonly:
+            self._check_writable()
+
     def remove(self, key: bytes) -> None:
         """Delete the store key ``key`` from its segment, if that segment exists (no liveness
         check, as Kafka's ``remove``). Persistent stores advance the observed time."""

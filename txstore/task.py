@@ -237,7 +237,8 @@ class Task:
             **options,
         )
         fmt = ValueFormat(raw.format)
-        store._inner = ChangeLoggingSegmentedBytesStore(raw, log, fmt, self.context)
+        retain = bool(getattr(store, "retain_duplicates", False))  # window stores only
+        store._inner = ChangeLoggingSegmentedBytesStore(raw, log, fmt, self.context, retain)
         self._entries[name] = _Entry(name, kind, fmt, raw, log, store)
 
     def store(self, name: str) -> Any:

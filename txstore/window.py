@@ -584,7 +584,10 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
         raw = self._encode(value)
         if self.retain_duplicates:
             if raw is None:
-                return  # Kafka: "this delete is a no-op"
+                # Kafka: "this delete is a no-op" in the store (no seqnum either); a change-logging
+                # layer still logs it, as ChangeLoggingWindowBytesStore does
+                self._inner.put_skipped_null(kb, ts)
+                return
             self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
         self._inner.put_at(kb + _QI.pack(ts, self._seqnum), ts, raw)
 
