@@ -1,5 +1,6 @@
-"""Reading segmented stores: the segment iterators, the read operations shared by a store and
-its read-committed views (:class:`SegmentedReads`), and the committed view itself.
+"""Reading segmented stores: the segment iterators and the read operations shared by a store
+and its read-committed views (:class:`SegmentedReads`); the views themselves are in
+:mod:`txstore.segment_views`.
 
 Reads follow Kafka's ``AbstractRocksDBSegmentedBytesStore``: segments are searched one after
 another (ascending, or descending for backward reads), each with the key schema's range bounds,
