@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +50,15 @@ def wait_line(proc: subprocess.Popen[str], expected: str, timeout: float = 60.0)
                 raise AssertionError(f"child exited before {expected!r}: {err}")
             if line.strip() == expected:
                 return
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a child from :func:`spawn`, reap it and close its pipes."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    proc.stderr.close()
 
 
 def run(mode: str, *args: object, timeout: float = 60.0) -> Any:

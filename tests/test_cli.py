@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -135,11 +134,7 @@ def test_check_next_to_a_live_spilling_writer_passes_and_reports_a_crashed_ones_
         live = txstore("check", str(path), check=False)
         live_json = txstore("check", str(path), "--json", check=False)
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.close()
-        proc.stderr.close()
+        child.kill(proc)
     spill = path / "spill"
     assert live.returncode == 0, live.stdout
     assert live.stdout.splitlines()[1:] == [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 import traceback
@@ -302,11 +301,7 @@ def test_second_writer_process_is_refused(tmp_path: Path) -> None:
         with Partition(path, readonly=True) as ro:  # readers are welcome
             assert ro.store_names() == []
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.close()
-        proc.stderr.close()
+        child.kill(proc)
     with Partition(path):  # the lock died with the process
         pass
 
@@ -331,11 +326,7 @@ def test_opening_writer_waits_out_an_inspector_probe(tmp_path: Path) -> None:
         with pytest.raises(InvalidStateStoreError, match="open for writing by another process"):
             Partition(path)  # a second writer still fails at once
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.close()
-        proc.stderr.close()
+        child.kill(proc)
     with writer_probe(path) as alive:
         assert alive is False
     with writer_probe(tmp_path / "never-opened") as alive:

@@ -272,22 +272,6 @@ def segment_ids(timestamps: Sequence[int], interval: int) -> list[int]:
     return out.tolist()
 
 
-def _pack_column_input(name: str, raws: Sequence[bytes]) -> tuple[bytes, bytes, int]:
-    """``raws`` packed for a column C call: ``(data, lengths as C int64s, n)``. A ``None`` item
-    is refused by C (as -1) and reported by the caller with its index."""
-    try:
-        data = b"".join(raws)
-    except TypeError:
-        for x in raws:
-            if x is not None:
-                _as_bytes(name, x)
-        data = b"".join([x for x in raws if x is not None])
-        lens = [-1 if x is None else len(x) for x in raws]
-    else:
-        lens = list(map(len, raws))
-    return data, struct.pack(f"{len(lens)}q", *lens), len(lens)
-
-
 #: ``allocate(nbytes)`` for a column's data: any writable buffer of at least ``nbytes``.
 Allocate = Callable[[int], Any]
 
@@ -380,7 +364,8 @@ def split_value_columns(
     ([b'v', b''], [5, 0], [b'', b''])
     """
     fmt = _format(fmt)
-    data, c_lens, n = _pack_column_input("stored value", raws)
+    data, lens, c_lens = _pack("stored value", raws)  # C refuses None (-1) items
+    n = len(lens)
     alloc = allocate or _allocate_default
     values, headers = alloc(len(data)), alloc(len(data))
     voffs, hoffs = array("i", bytes(4 * (n + 1))), array("i", bytes(4 * (n + 1)))
@@ -405,7 +390,8 @@ def split_value_columns(
 
 def _key_columns(raws: Sequence[bytes], session: bool, allocate: Allocate | None) -> KeyColumns:
     what = "session store key" if session else "window store key"
-    data, c_lens, n = _pack_column_input(what, raws)
+    data, lens, c_lens = _pack(what, raws)  # C refuses None (-1) items
+    n = len(lens)
     keys = (allocate or _allocate_default)(len(data))
     offsets = array("i", bytes(4 * (n + 1)))
     first = array("q", bytes(8 * n))
