@@ -5,7 +5,7 @@ commit (two ``fdatasync``) every 4096 records, on the real file system.
 
 Variants, interleaved in one process (see ``_harness.compare_staged``):
 
-* ``txstore``: :class:`txstore.changelog.FileChangelog` with its defaults (durable: fsync on).
+* ``txstore``: :class:`txstore.changelog.log.FileChangelog` with its defaults (durable: fsync on).
   Records are buffered as columns and written as one batch frame per 1 MiB / commit, one
   CRC32 per batch.
 * ``per-record``: the obvious layout the batch format was measured against: every record its
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 from _harness import compare_staged, fmt_ns, table
 
-from txstore.changelog import FileChangelog
+from txstore.changelog.log import FileChangelog
 
 COMMIT_EVERY = 4096
 _REC = struct.Struct("<IIqqIi")  # len, crc, offset, ts, klen, vlen

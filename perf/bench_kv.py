@@ -64,13 +64,14 @@ from typing import Any
 import lmdb
 from _harness import Settings, Timing, compare, compare_staged, consume, fmt_ratio, table
 
+from txstore.bytestores.kv import BytesKeyValueStore
+
 # Submodules, not ``import txstore``: the editable install registers ``txstore`` as a namespace
 # package, so its ``__init__`` (and ``txstore.open``) is not loaded when run from perf/.
-from txstore.database import Database
-from txstore.database import open as open_database
-from txstore.kv import KeyValueStore
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.serdes import Serdes
+from txstore.runtime.database import Database
+from txstore.runtime.database import open as open_database
+from txstore.stores.kv import KeyValueStore
+from txstore.stores.serdes import Serdes
 
 MiB = 2**20
 MAP_SIZE = 2**30  # raw LMDB map (txstore grows its own map by doubling)

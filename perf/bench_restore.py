@@ -17,7 +17,7 @@ Workloads (seeded), ``N`` = 1,000,000 changelog records per store (``--quick``: 
   distinct record keys, so each window of a key is updated about twice, as an aggregation
   does.
 
-txstore: the changelogs are written with :class:`~txstore.changelog.FileChangelog` directly
+txstore: the changelogs are written with :class:`~txstore.changelog.log.FileChangelog` directly
 (what a task would have logged: the plain value, the stored timestamp as the record timestamp,
 a task commit marker every 1,000 records). Each restore starts from a wiped partition directory
 (everything but ``changelog/`` removed, so the LMDB environment is new and the whole changelog
@@ -81,15 +81,15 @@ from _harness import Timing, compare_staged, fmt_ns, fmt_ratio, table
 # Submodules, not ``import txstore``: the editable install registers ``txstore`` as a namespace
 # package, so its ``__init__`` is not loaded when run from perf/.
 import txstore.codecs
-from txstore.changelog import FileChangelog
-from txstore.serdes import Serdes
-from txstore.stores import Stores
-from txstore.task import (
+from txstore.changelog.log import FileChangelog
+from txstore.runtime.task import (
     CHANGELOG_ADDITIONAL_RETENTION_MS,
     RESTORE_BATCH,
     Task,
     _commit_metadata,
 )
+from txstore.stores.factories import Stores
+from txstore.stores.serdes import Serdes
 
 KEY_SIZE = 16
 VALUE_SIZE = 100

@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         state, snap, pq = work / "state", work / "snap", work / "parquet"
         print(f"load: {build_state(state, args.rows, args.partitions):.1f} s")
-        from txstore.snapshot import snapshot_state_dir
+        from txstore.runtime.snapshot import snapshot_state_dir
 
         t0 = time.perf_counter()
         snapshot_state_dir(state, snap)

@@ -22,7 +22,7 @@ SCRIPT = os.path.abspath(__file__)
 if ROOT not in sys.path:  # run as a script: make this checkout importable
     sys.path.insert(0, ROOT)
 
-from txstore.changelog import FileChangelog  # noqa: E402
+from txstore.changelog.log import FileChangelog  # noqa: E402
 from txstore.codecs import encode_headers  # noqa: E402
 
 _HEADERS = encode_headers([("trace", b"t"), ("n", None)])

@@ -79,8 +79,8 @@ def _sleep_forever() -> None:
 
 
 def main(argv: list[str]) -> None:
-    from txstore.kv_bytes import BytesKeyValueStore
-    from txstore.partition import Partition
+    from txstore.bytestores.kv import BytesKeyValueStore
+    from txstore.engine.partition import Partition
 
     mode, path = argv[0], argv[1]
     if mode == "read-once":

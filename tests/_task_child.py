@@ -18,7 +18,7 @@ from txstore import (
     ValueAndTimestamp,
     ValueTimestampHeaders,
 )
-from txstore.task import Task
+from txstore.runtime.task import Task
 
 
 def open_task(path: str, **kwargs: Any) -> Task:

@@ -19,7 +19,7 @@ from txstore import (
     ValueAndHeaders,
     Windowed,
 )
-from txstore.task import Task
+from txstore.runtime.task import Task
 
 RETENTION = 120_000
 WINDOW = 60_000

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests._task_child import model
-from txstore import admin
 from txstore.errors import InvalidArgumentError
+from txstore.runtime import admin
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests import _changelog_child as child
-from txstore.changelog import (
+from txstore.changelog.format import HEADER_SIZE, batch_frame
+from txstore.changelog.log import (
     Changelog,
     ChangelogRecord,
     CleanupPolicy,
     CommitInfo,
     FileChangelog,
 )
-from txstore.changelog_format import HEADER_SIZE, batch_frame
 from txstore.codecs import decode_headers, encode_headers
 from txstore.errors import (
     ChangelogCorruptionError,

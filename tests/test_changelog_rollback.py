@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from txstore.changelog import FileChangelog
+from txstore.changelog.log import FileChangelog
 from txstore.errors import InvalidArgumentError
 
 

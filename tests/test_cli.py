@@ -12,7 +12,7 @@ import pytest
 
 from tests import _engine_child as child
 from tests._task_child import model
-from txstore.partition import Partition
+from txstore.engine.partition import Partition
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +81,7 @@ def test_dump_and_get(state: Path) -> None:
 def test_a_store_made_at_the_bytes_level_is_inspected_like_the_others(tmp_path: Path) -> None:
     # BytesKeyValueStore records the format "bytes" (values stored as given): stat, check
     # and dump read it as the PLAIN layout instead of failing with KeyError: 'bytes'
-    from txstore.kv_bytes import BytesKeyValueStore
+    from txstore.bytestores.kv import BytesKeyValueStore
 
     with Partition(tmp_path / "p") as p:
         raw = BytesKeyValueStore("raw", p)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from txstore import Headers, ValueTimestampHeaders, crashtest
-from txstore.__main__ import _build_parser, main
-from txstore.crashtest.cli import config_from_args, parse_sizes, replay_command
+from txstore.cli.crashtest import config_from_args, parse_sizes, replay_command
+from txstore.cli.main import _build_parser, main
 from txstore.crashtest.common import POSITION_KEY, RunConfig, open_task
 from txstore.crashtest.driver import CrashtestConfig
 from txstore.crashtest.model import Check, Model, check_position, compare_store

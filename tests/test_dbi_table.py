@@ -18,11 +18,11 @@ import pytest
 import txstore
 from tests._segment_roll_child import STEP, Writer
 from txstore import Serdes
+from txstore.bytestores.schemas import WindowKeySchema
+from txstore.bytestores.segments import SegmentedBytesStore
+from txstore.engine.lmdb_env import DEFAULT_MAX_DBS, dbi_reopen_threshold
+from txstore.engine.partition import Partition
 from txstore.errors import SnapshotInvalidatedError, StorageError
-from txstore.lmdb_env import DEFAULT_MAX_DBS, dbi_reopen_threshold
-from txstore.partition import Partition
-from txstore.schemas import WindowKeySchema
-from txstore.segments import SegmentedBytesStore
 
 pytestmark = pytest.mark.filterwarnings("error")
 

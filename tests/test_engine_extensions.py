@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from txstore.engine.base import PartitionBase
+from txstore.engine.memory import MemoryPartition
+from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError
-from txstore.memory import MemoryPartition
-from txstore.partition import Partition
-from txstore.partition_base import PartitionBase
 
 
 @pytest.fixture(params=["lmdb", "memory"])

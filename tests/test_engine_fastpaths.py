@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 import txstore
-from txstore.changelogging import ChangeLoggingKeyValueBytesStore, RecordContext
+from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.changelog.layer import ChangeLoggingKeyValueBytesStore, RecordContext
 from txstore.codecs import ValueFormat
+from txstore.engine.partition import Partition
 from txstore.errors import (
     InvalidArgumentError,
     InvalidStateStoreError,
@@ -23,11 +25,9 @@ from txstore.errors import (
     SerializationError,
     StoreClosedError,
 )
-from txstore.formats import value_codec
-from txstore.kv import KeyValueStore
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.partition import Partition
-from txstore.serdes import BytesSerde, Serdes, StringSerde
+from txstore.stores.formats import value_codec
+from txstore.stores.kv import KeyValueStore
+from txstore.stores.serdes import BytesSerde, Serdes, StringSerde
 
 pytestmark = pytest.mark.filterwarnings("error")
 

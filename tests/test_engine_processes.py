@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests import _engine_child as child
+from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.engine.partition import Partition
 from txstore.errors import SnapshotInvalidatedError
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.partition import Partition
 
 # A leaked iterator or snapshot (ResourceWarning) fails the test, whatever the config.
 pytestmark = pytest.mark.filterwarnings("error")

@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from txstore.iterators import (
+from txstore.bytestores.kv import BytesKeyValueStore, MemoryPartition
+from txstore.engine.base import PartitionBase
+from txstore.engine.iterators import (
     ChunkedIterator,
     KeyRange,
     MergedSource,
@@ -23,9 +25,7 @@ from txstore.iterators import (
     next_prefix,
     read_lmdb_chunk,
 )
-from txstore.kv_bytes import BytesKeyValueStore, MemoryPartition
-from txstore.partition import Partition
-from txstore.partition_base import PartitionBase
+from txstore.engine.partition import Partition
 
 FLAVOURS = ["lmdb-tx", "lmdb-direct", "memory-tx", "memory-direct"]
 

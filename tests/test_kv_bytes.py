@@ -15,6 +15,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from txstore.bytestores.kv import BytesKeyValueStore, MemoryPartition
+from txstore.engine.base import PartitionBase
+from txstore.engine.partition import Partition
 from txstore.errors import (
     ConfigConflictError,
     InvalidArgumentError,
@@ -24,9 +27,6 @@ from txstore.errors import (
     SnapshotInvalidatedError,
     StoreClosedError,
 )
-from txstore.kv_bytes import BytesKeyValueStore, MemoryPartition
-from txstore.partition import Partition
-from txstore.partition_base import PartitionBase
 
 FLAVOURS = ["lmdb-tx", "lmdb-direct", "memory-tx", "memory-direct"]
 

@@ -23,8 +23,9 @@ from txstore import (
     ValueTimestampHeaders,
     admin,
 )
-from txstore.kv import KeyValueStore
-from txstore.stores import Stores
+from txstore.runtime import admin
+from txstore.stores.factories import Stores
+from txstore.stores.kv import KeyValueStore
 
 FORMATS = [ValueFormat.PLAIN, ValueFormat.TIMESTAMPED, ValueFormat.HEADERS]
 SUPPLIERS = {

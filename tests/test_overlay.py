@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from txstore.engine.iterators import KeyRange, Row
+from txstore.engine.overlay import ENTRY_OVERHEAD, NOT_FOUND, DbOverlay, Overlay, SpillEnv
 from txstore.errors import StorageError
-from txstore.iterators import KeyRange, Row
-from txstore.overlay import ENTRY_OVERHEAD, NOT_FOUND, DbOverlay, Overlay, SpillEnv
 
 # A leaked iterator or snapshot (ResourceWarning) fails the test, whatever the config.
 pytestmark = pytest.mark.filterwarnings("error")

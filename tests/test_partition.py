@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests import _engine_child as child
+from txstore.bytestores.kv import BytesKeyValueStore, MemoryPartition
+from txstore.engine.base import PartitionBase
+from txstore.engine.iterators import KeyRange
+from txstore.engine.partition import Partition, writer_probe
 from txstore.errors import (
     ConfigConflictError,
     InvalidArgumentError,
@@ -21,10 +25,6 @@ from txstore.errors import (
     SnapshotInvalidatedError,
     StorageError,
 )
-from txstore.iterators import KeyRange
-from txstore.kv_bytes import BytesKeyValueStore, MemoryPartition
-from txstore.partition import Partition, writer_probe
-from txstore.partition_base import PartitionBase
 
 META = {"kind": "key_value", "format": "plain", "config": {"retention": 10}, "format_version": 1}
 

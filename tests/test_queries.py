@@ -721,7 +721,7 @@ def test_registry_membership(tmp_path: Path) -> None:
 def test_serve_command_reports_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from txstore.__main__ import main
+    from txstore.cli.main import main
 
     def serve(state: Path, *extra: str, server: str = "127.0.0.1:0") -> int:
         args = ["serve", str(state), "--application-id", "app", "--application-server", server]

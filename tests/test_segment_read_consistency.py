@@ -19,7 +19,7 @@ import pytest
 
 import txstore
 from txstore import Serdes, ValueAndHeaders, ValueFormat
-from txstore.partition import Partition
+from txstore.engine.partition import Partition
 
 pytestmark = pytest.mark.filterwarnings("error")
 

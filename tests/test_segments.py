@@ -11,12 +11,12 @@ import pytest
 
 import txstore
 from txstore import Serdes, SessionWindow, Stores, Windowed
+from txstore.bytestores.schemas import SessionKeySchema, WindowKeySchema
+from txstore.bytestores.segments import SegmentedBytesStore
 from txstore.codecs import ValueFormat, window_key
+from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, InvalidTypeError, ReadOnlyError, StorageError
-from txstore.partition import Partition
-from txstore.schemas import SessionKeySchema, WindowKeySchema
-from txstore.segments import SegmentedBytesStore
-from txstore.window import WindowStore
+from txstore.stores.window import WindowStore
 
 INTERVAL = 60_000
 RETENTION = 2 * INTERVAL

@@ -24,8 +24,8 @@ from txstore import (
     ValueFormat,
     Windowed,
 )
-from txstore.session import SessionStore
-from txstore.stores import Stores
+from txstore.stores.factories import Stores
+from txstore.stores.session import SessionStore
 
 FORMATS = [ValueFormat.PLAIN, ValueFormat.PLAIN_HEADERS]
 RETENTION = 120_000

@@ -14,11 +14,11 @@ import pytest
 import txstore
 from tests import _engine_child as child
 from txstore import Serdes, ValueAndTimestamp, ValueFormat
-from txstore.__main__ import main as cli
+from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.cli.main import main as cli
+from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, StorageError
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.partition import Partition
-from txstore.snapshot import (
+from txstore.runtime.snapshot import (
     MANIFEST_NAME,
     Manifest,
     begin_cut,
@@ -153,7 +153,7 @@ def test_destination_checks_and_no_partial_snapshot_on_failure(
     empty.mkdir()
     assert snapshot_partition(src, empty).root == str(empty)  # an empty directory is fine
 
-    import txstore.snapshot as snapshot_mod
+    import txstore.runtime.snapshot as snapshot_mod
 
     def boom(*args: object) -> None:
         raise StorageError("disk full (simulated)")

@@ -28,10 +28,10 @@ from txstore import (
     Windowed,
     serde_by_name,
 )
-from txstore.__main__ import main as cli
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.partition import Partition
-from txstore.snapshot import read_manifest, snapshot_state_dir
+from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.cli.main import main as cli
+from txstore.engine.partition import Partition
+from txstore.runtime.snapshot import read_manifest, snapshot_state_dir
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -554,8 +554,8 @@ def test_snapshot_dir_is_taken_once_then_reused(spark: Any, state: Path, tmp_pat
 
 _WRITER = """
 import sys
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.partition import Partition
+from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.engine.partition import Partition
 with Partition(sys.argv[1], sync=False) as p:
     store = BytesKeyValueStore("state", p)
     c = 0

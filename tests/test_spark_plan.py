@@ -15,10 +15,10 @@ import pytest
 
 import txstore
 from txstore import Headers, Serdes, ValueFormat, ValueTimestampHeaders
+from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, InvalidStateStoreError, SerializationError
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.partition import Partition
-from txstore.snapshot import snapshot_state_dir
+from txstore.runtime.snapshot import snapshot_state_dir
 
 pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
@@ -76,7 +76,7 @@ def _rows(opts: dict[str, str]) -> list[dict[str, Any]]:
 
 def test_import_txstore_does_not_import_pyspark() -> None:
     code = (
-        "import sys, txstore, txstore.snapshot, txstore.spark; "
+        "import sys, txstore, txstore.runtime.snapshot, txstore.spark; "
         "import txstore.spark.options, txstore.spark.plan; "
         "bad = [m for m in ('pyspark', 'pyarrow', 'py4j') if m in sys.modules]; "
         "assert not bad, bad"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from txstore import spill as spill_mod
+from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.engine import spill as spill_mod
+from txstore.engine.iterators import KeyRange, Row
+from txstore.engine.overlay import NOT_FOUND, DbOverlay, Overlay
+from txstore.engine.partition import Partition
+from txstore.engine.spill import MERGE_FANOUT, Run, SpillEnv
 from txstore.errors import StorageError
-from txstore.iterators import KeyRange, Row
-from txstore.kv_bytes import BytesKeyValueStore
-from txstore.overlay import NOT_FOUND, DbOverlay, Overlay
-from txstore.partition import Partition
-from txstore.spill import MERGE_FANOUT, Run, SpillEnv
 
 pytestmark = pytest.mark.filterwarnings("error")
 

@@ -13,7 +13,7 @@ import pytest
 from tests._children import run_child as _run
 from tests._task_child import model, open_task, process, state
 from txstore.errors import InvalidStateStoreError, StoreClosedError
-from txstore.task import TaskCorruptedError
+from txstore.runtime.task import TaskCorruptedError
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -99,14 +99,14 @@ def test_crash_after_changelog_commit_replays_the_missing_range(tmp_path: Path) 
 
 
 def test_crash_during_restore_resumes(tmp_path: Path) -> None:
-    from txstore import task as task_module
+    from txstore.runtime import task as task_module
 
     # Commit 400 records to the changelogs but never to the stores...
     assert run_child(tmp_path, 400, 400, "task.after_changelog_commit=1") == -signal.SIGKILL
     # ...then crash the restoring process after its first restore batch.
     code = (
         f"import sys; sys.path.insert(0, {ROOT!r})\n"
-        "import txstore.task as t; t.RESTORE_BATCH = 50\n"
+        "import txstore.runtime.task as t; t.RESTORE_BATCH = 50\n"
         "from tests._task_child import open_task\n"
         f"open_task({str(tmp_path)!r}).initialize()\n"
     )

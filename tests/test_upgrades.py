@@ -24,8 +24,8 @@ from txstore import (
     ValueTimestampHeaders,
     Windowed,
 )
-from txstore import adapters as ad
-from txstore.upgrade import UpgradingBytesKeyValueStore
+from txstore.bytestores import adapters as ad
+from txstore.bytestores.upgrade import UpgradingBytesKeyValueStore
 
 PLAIN, TS, HEADERS, PH = (
     ValueFormat.PLAIN,

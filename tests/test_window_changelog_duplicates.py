@@ -16,9 +16,9 @@ from typing import Any
 
 import txstore
 from txstore import Serdes, Stores, ValueAndTimestamp
-from txstore.changelog import FileChangelog
-from txstore.task import Task
-from txstore.windowed import windowed_table
+from txstore.changelog.log import FileChangelog
+from txstore.runtime.task import Task
+from txstore.runtime.windowed_tables import windowed_table
 
 RETENTION = 120_000
 TS = 60_000
@@ -96,7 +96,7 @@ RESTORE = textwrap.dedent(
     import sys
     sys.path.insert(0, sys.argv[2])
     from tests.test_window_changelog_duplicates import builder, fetched
-    from txstore.task import Task
+    from txstore.runtime.task import Task
     with Task(sys.argv[1]) as task:
         w = task.window_store(builder(sys.argv[3] == "ts"))
         report = task.initialize()

@@ -26,8 +26,8 @@ from txstore import (
     ValueTimestampHeaders,
     Windowed,
 )
-from txstore.stores import Stores
-from txstore.window import WindowStore
+from txstore.stores.factories import Stores
+from txstore.stores.window import WindowStore
 
 FORMATS = list(ValueFormat)
 RETENTION, SIZE = 120_000, 1_000

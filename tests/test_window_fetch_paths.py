@@ -18,10 +18,10 @@ import pytest
 
 import txstore
 from txstore import Serdes
-from txstore.iterators import KeyRange
-from txstore.overlay import Overlay
-from txstore.partition import Partition
-from txstore.segment_reads import SMALL_READ_LIMIT
+from txstore.bytestores.segment_reads import SMALL_READ_LIMIT
+from txstore.engine.iterators import KeyRange
+from txstore.engine.overlay import Overlay
+from txstore.engine.partition import Partition
 
 pytestmark = pytest.mark.filterwarnings("error")
 

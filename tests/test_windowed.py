@@ -1,7 +1,7 @@
 """Windowed serdes and windowed/sessioned tables (KIP-300).
 
 The central property: a table materialized from a store's changelog equals the store. The
-originals are written through a :class:`~txstore.task.Task` (change logging, commits, late
+originals are written through a :class:`~txstore.runtime.task.Task` (change logging, commits, late
 records into expired segments, deletes), then their changelog directories are materialized into
 a fresh partition; the two partitions must hold the same bytes in every database of the store
 (segments and segment registry) and return the same windows.
@@ -38,10 +38,9 @@ from txstore import (
     Windowed,
     codecs,
 )
-from txstore.changelog import FileChangelog
-from txstore.serdes import register_serde, serde_by_name
-from txstore.task import Task
-from txstore.windowed import (
+from txstore.changelog.log import FileChangelog
+from txstore.runtime.task import Task
+from txstore.runtime.windowed_tables import (
     Materialized,
     MaterializeProgress,
     SessionWindowedSerde,
@@ -51,6 +50,7 @@ from txstore.windowed import (
     windowed_serde_by_name,
     windowed_table,
 )
+from txstore.stores.serdes import register_serde, serde_by_name
 
 LONG_MAX = 2**63 - 1
 RETENTION, WINDOW = 120_000, 60_000

@@ -8,7 +8,6 @@ buffering. See ``docs/`` for the tour.
 from __future__ import annotations
 
 from txstore.codecs import ValueFormat
-from txstore.database import Database, open
 from txstore.errors import (
     ConfigConflictError,
     InvalidArgumentError,
@@ -22,10 +21,20 @@ from txstore.errors import (
     TxStoreError,
     UnsupportedOperationError,
 )
-from txstore.formats import DslStoreFormat
-from txstore.serdes import Serde, Serdes, register_serde, serde_by_name
-from txstore.session import ReadOnlySessionStore, SessionStore
-from txstore.stores import Stores
+from txstore.runtime.database import Database, open
+from txstore.runtime.windowed_tables import (
+    Materialized,
+    SessionWindowedSerde,
+    TimeWindowedSerde,
+    WindowedSerdes,
+    sessioned_table,
+    windowed_table,
+)
+from txstore.stores.factories import Stores
+from txstore.stores.formats import DslStoreFormat
+from txstore.stores.serdes import Serde, Serdes, register_serde, serde_by_name
+from txstore.stores.session import ReadOnlySessionStore, SessionStore
+from txstore.stores.window import ReadOnlyWindowStore, WindowStore
 from txstore.types import (
     NO_TIMESTAMP,
     AggregationWithHeaders,
@@ -38,15 +47,6 @@ from txstore.types import (
     ValueAndTimestamp,
     ValueTimestampHeaders,
     Windowed,
-)
-from txstore.window import ReadOnlyWindowStore, WindowStore
-from txstore.windowed import (
-    Materialized,
-    SessionWindowedSerde,
-    TimeWindowedSerde,
-    WindowedSerdes,
-    sessioned_table,
-    windowed_table,
 )
 
 __version__ = "0.1.0"

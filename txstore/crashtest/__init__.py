@@ -1,6 +1,6 @@
 """The crash-recovery harness: real processes, real ``SIGKILL``, an independent model.
 
-A writer process runs a deterministic, seeded workload over a :class:`~txstore.task.Task`
+A writer process runs a deterministic, seeded workload over a :class:`~txstore.runtime.task.Task`
 with several stores (small overlay budget, so spills happen; periodic commits). The driver
 kills it at random moments and at every named fault point (:mod:`txstore.faults`), restarts
 it, lets it recover and restore, and checks the full state of every store against a model
@@ -105,7 +105,7 @@ def run(config: CrashtestConfig | None = None, **overrides: Any) -> CrashtestRep
 
 
 def _describe_failure(report: CrashtestReport, config: CrashtestConfig, workdir: Path) -> None:
-    from txstore.crashtest.cli import replay_command
+    from txstore.cli.crashtest import replay_command
 
     failure = report.failure if report.failure is not None else {}
     whole_run = False

@@ -9,7 +9,8 @@ it is looking at, and checks every other store against the model at that positio
 
 **The status file.** The writer replaces ``status.json`` (atomically) with its incarnation
 number and phase, ``recovering`` before it opens the task and ``running`` once
-:meth:`~txstore.task.Task.initialize` returned. A reader that reads the same ``running`` status
+:meth:`~txstore.runtime.task.Task.initialize` returned. A reader that reads the same ``running``
+status
 before and after its reads knows that no recovery ran in between.
 """
 
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from txstore.crashtest.workload import Workload, load_workload
-from txstore.serdes import Serdes
-from txstore.stores import Stores
-from txstore.task import Task
+from txstore.runtime.task import Task
+from txstore.stores.factories import Stores
+from txstore.stores.serdes import Serdes
 
 __all__ = [
     "POSITION_KEY",

@@ -112,7 +112,7 @@ class Driver:
             why = (
                 "no window or session store in the workload"
                 if segmented_available()
-                else "no window or session store: txstore.task.Task has no window_store / "
+                else "no window or session store: txstore.runtime.task.Task has no window_store / "
                 "session_store yet"
             )
             self.report.unreachable["segments.drop"] = why

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from txstore.codecs import ValueFormat
 from txstore.crashtest.specs import StoreModel, StoreSpec
-from txstore.serdes import Serdes
-from txstore.stores import Stores
-from txstore.task import Task
+from txstore.runtime.task import Task
+from txstore.stores.factories import Stores
+from txstore.stores.serdes import Serdes
 from txstore.types import Headers, SessionWindow, TimeWindow, ValueAndHeaders, Windowed
 
 if TYPE_CHECKING:
     from txstore.crashtest.workload import Rec
-    from txstore.database import Database
+    from txstore.runtime.database import Database
 
 __all__ = ["EventsWindowSpec", "SessionCountSpec", "WindowCountSpec"]
 

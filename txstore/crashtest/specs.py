@@ -1,6 +1,6 @@
 """Store specs: one store of a crash-test workload, on both sides of the check.
 
-A :class:`StoreSpec` opens its store (in a :class:`~txstore.task.Task`, change-logged, or
+A :class:`StoreSpec` opens its store (in a :class:`~txstore.runtime.task.Task`, change-logged, or
 read-only in another process), applies an input record to the store (:meth:`StoreSpec.write`,
 in the writer) and to a :class:`StoreModel` (:meth:`StoreSpec.expect`, the independent model),
 and reads a committed view back as a dictionary comparable with the model
@@ -18,14 +18,14 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from txstore.codecs import ValueFormat
-from txstore.serdes import Serdes
-from txstore.stores import Stores
-from txstore.task import Task
+from txstore.runtime.task import Task
+from txstore.stores.factories import Stores
+from txstore.stores.serdes import Serdes
 from txstore.types import Headers, ValueTimestampHeaders
 
 if TYPE_CHECKING:
     from txstore.crashtest.workload import Rec
-    from txstore.database import Database
+    from txstore.runtime.database import Database
 
 __all__ = [
     "CountsSpec",
@@ -38,7 +38,7 @@ __all__ = [
 
 
 def segmented_available() -> bool:
-    """Whether :class:`~txstore.task.Task` change-logs window and session stores."""
+    """Whether :class:`~txstore.runtime.task.Task` change-logs window and session stores."""
     return hasattr(Task, "window_store") and hasattr(Task, "session_store")
 
 
@@ -114,7 +114,7 @@ class StoreSpec:
         raise NotImplementedError
 
     def open_readonly(self, db: Database) -> Any:
-        """Open the store in a read-only :class:`~txstore.database.Database`."""
+        """Open the store in a read-only :class:`~txstore.runtime.database.Database`."""
         raise NotImplementedError
 
     def write(self, store: Any, rec: Rec) -> None:

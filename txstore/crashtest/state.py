@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import txstore
-from txstore.changelog import FileChangelog
+from txstore.changelog.log import FileChangelog
 from txstore.crashtest.common import POSITION_KEY, POSITION_STORE, RunConfig
 from txstore.crashtest.model import Check, Finding, Model, compare_store
 from txstore.crashtest.workload import Workload
-from txstore.serdes import Serdes
+from txstore.stores.serdes import Serdes
 
 __all__ = ["Observation", "StateReader", "check_changelogs", "check_state"]
 
@@ -97,7 +97,7 @@ def check_state(workload: Workload, model: Model, obs: Observation, check: Check
 
 def _commit_seq(metadata: bytes) -> tuple[int, list[str]]:
     """The task commit sequence number and participants of a commit marker's metadata
-    (``{"seq": n, "stores": [...]}``, :mod:`txstore.task`)."""
+    (``{"seq": n, "stores": [...]}``, :mod:`txstore.runtime.task`)."""
     if not metadata:
         return 0, []
     try:

@@ -39,10 +39,10 @@ from typing import Any
 from txstore.crashtest.common import emit
 from txstore.crashtest.procs import Child
 from txstore.crashtest.report import WipeResult, size_label
-from txstore.kv import KeyValueStore
-from txstore.serdes import Serdes
-from txstore.stores import Stores
-from txstore.task import Task
+from txstore.runtime.task import Task
+from txstore.stores.factories import Stores
+from txstore.stores.kv import KeyValueStore
+from txstore.stores.serdes import Serdes
 from txstore.types import Headers, ValueTimestampHeaders
 
 __all__ = ["main", "measure_recovery_vs_wipe"]

@@ -3,7 +3,7 @@
 A :class:`Workload` turns input record ``i`` into a :class:`Rec` (key, event time, whether it
 deletes, a payload), a pure function of the seed and ``i``. Each store of the workload is a
 :class:`~txstore.crashtest.specs.StoreSpec`, which knows how to open the store in a
-:class:`~txstore.task.Task` (change-logged) or read-only in another process, how the writer
+:class:`~txstore.runtime.task.Task` (change-logged) or read-only in another process, how the writer
 applies a record to it, and how the model applies the same record to plain dictionaries. The
 commit points are a pure function of ``i`` as well, so the state committed at input position
 ``n`` is known without looking at any store: the model applies records ``0 .. n-1``.
@@ -201,7 +201,7 @@ class StandardWorkload(Workload):
     ``transactional=False`` opens the key-value stores without KIP-892 write buffering (writes
     go straight to LMDB): what a store without transactions leaves after a crash, which the
     harness reports as leaked. ``segmented``: ``"auto"`` (default) adds the window and session
-    stores when :class:`~txstore.task.Task` supports them; ``True`` requires them; ``False``
+    stores when :class:`~txstore.runtime.task.Task` supports them; ``True`` requires them; ``False``
     leaves them out.
     """
 

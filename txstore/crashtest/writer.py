@@ -3,13 +3,14 @@
 Run by the driver as ``python -m txstore.crashtest.writer RUN_JSON INCARNATION``, usually with
 ``TXSTORE_FAULTS`` armed (:mod:`txstore.faults`). It speaks JSON lines on stdout:
 
-1. opens the task and calls :meth:`~txstore.task.Task.initialize` (recover + restore), timed
+1. opens the task and calls :meth:`~txstore.runtime.task.Task.initialize` (recover + restore), timed
    from before the task is opened to the end of restore; reports ``recovered`` with the input
    position, the commit sequence, the time and what was restored or rolled back;
 2. waits for one line on stdin: ``go`` (process) or anything else (close and exit), so that the
    driver checks the recovered state while nothing moves;
 3. processes input records from the recovered position; at each commit point writes the
-   position store, commits, and reports ``committed`` (after :meth:`~txstore.task.Task.commit`
+   position store, commits, and reports ``committed`` (after
+   :meth:`~txstore.runtime.task.Task.commit`
    returned: an acknowledged commit must survive any crash).
 
 It never exits on its own before ``max_records`` (the driver kills it). An error is a
@@ -22,7 +23,7 @@ import os
 import sys
 import time
 
-import txstore.task
+import txstore.runtime.task
 from txstore.crashtest.common import (
     POSITION_KEY,
     RunConfig,
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         # Small restore batches make the crash land between batches of one store, not only
         # between stores. Other writers restore with the default batch, so the recovery times
         # reported are the product's.
-        txstore.task.RESTORE_BATCH = config.restore_batch
+        txstore.runtime.task.RESTORE_BATCH = config.restore_batch
     write_status(config.status_path, incarnation, "recovering")
     started = time.perf_counter()
     task, stores, position_store = open_task(config, workload)

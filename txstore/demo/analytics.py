@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from txstore import admin
+from txstore.runtime import admin
 
 #: Session-length buckets (minutes, upper bounds) for the distribution.
 BUCKETS = (1, 5, 15, 30, 60, 120)

@@ -1,7 +1,7 @@
 """``make demo`` / ``txstore demo``: every part of txstore working together on real data.
 
 1. generate a page-view stream into several partitions (one input file per partition);
-2. process it with one worker *process* per partition (a :class:`~txstore.task.Task` with a
+2. process it with one worker *process* per partition (a :class:`~txstore.runtime.task.Task` with a
    timestamped key-value store with headers, a plain window store with headers and a session
    store), committing through the changelogs every 2,000 events;
 3. SIGKILL one worker mid-stream, restart it, and let it recover without a wipe;
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstore import admin
 from txstore.demo import pipeline as pl
 from txstore.demo.codec_checks import run_codec_demo
+from txstore.runtime import admin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -335,7 +335,7 @@ class Demo:
 
     def analytics(self) -> None:
         from txstore.demo import analytics as an
-        from txstore.snapshot import snapshot_state_dir
+        from txstore.runtime.snapshot import snapshot_state_dir
 
         self.step(6, "snapshot + Spark analytics")
         snap = self.out / "snapshot"

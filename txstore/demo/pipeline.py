@@ -3,7 +3,7 @@
 Input: page-view events ``{"user", "page", "ts", "source"}``, partitioned by user with Kafka's
 default partitioner and written as one JSON-lines "input topic" file per partition; an event's
 input position is its line number. Each worker process owns one partition (a
-:class:`~txstore.task.Task`) and keeps:
+:class:`~txstore.runtime.task.Task`) and keeps:
 
 * ``user-totals`` - timestamped key-value store with headers: views per user, with the time
   and source of the last view (``ValueTimestampHeaders``);
@@ -38,8 +38,8 @@ from txstore import (
     Windowed,
 )
 from txstore.codecs import partition_for_key
-from txstore.statedir import partition_path
-from txstore.task import Task
+from txstore.runtime.statedir import partition_path
+from txstore.runtime.task import Task
 
 WINDOW_MS = 60_000
 RETENTION_MS = 24 * 3600 * 1000

@@ -14,16 +14,16 @@ See ``docs/queries.md``.
 from __future__ import annotations
 
 from txstore.queries.application import Application
-from txstore.queries.client import QueryClient
 from txstore.queries.composite import CompositeKeyValueIterator, CompositeReadOnlyKeyValueStore
 from txstore.queries.hosting import PartitionWriter
+from txstore.queries.http.client import QueryClient
+from txstore.queries.http.server import QueryServer
 from txstore.queries.membership import (
     Assignment,
     Membership,
     RegistryMembership,
     StaticAssignment,
 )
-from txstore.queries.server import QueryServer
 from txstore.queries.specs import StoreSpec
 from txstore.queries.types import (
     HostInfo,

@@ -1,7 +1,7 @@
 """The application instance: its lifecycle, its queries and its discovery.
 
 An :class:`Application` is one instance of an application (Kafka's ``KafkaStreams`` object):
-it hosts the partitions its membership assigns to it (one :class:`~txstore.task.Task` per
+it hosts the partitions its membership assigns to it (one :class:`~txstore.runtime.task.Task` per
 partition under ``<state_dir>/<partition>/``, each holding the application's stores), is
 reachable at ``application_server`` (``host:port``), and answers:
 
@@ -111,7 +111,7 @@ class Application(PartitionHosting):
       (default: ``application_id``);
     * ``partitioner``: ``f(key_bytes, num_partitions) -> partition`` (default: Kafka's murmur2
       partitioner); ``route_keys``: composite ``get`` reads only the key's partition;
-    * ``task_options``: passed to each :class:`~txstore.task.Task` (``sync``...);
+    * ``task_options``: passed to each :class:`~txstore.runtime.task.Task` (``sync``...);
     * ``handover_timeout``: how long to wait for a partition's previous owner to release it;
     * ``restore_listener``: ``f(partition, RestoreProgress)`` during restores.
 

@@ -30,7 +30,7 @@ from txstore.codecs import partition_for_key
 from txstore.errors import InvalidArgumentError
 from txstore.queries.local import StoreReader
 from txstore.queries.types import StoreQueryParameters
-from txstore.serdes import Serde
+from txstore.stores.serdes import Serde
 from txstore.types import KeyValue
 
 __all__ = ["CompositeKeyValueIterator", "CompositeReadOnlyKeyValueStore", "Resolved"]

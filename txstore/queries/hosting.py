@@ -3,7 +3,7 @@
 :class:`PartitionHosting` (the base of :class:`~txstore.queries.Application`) keeps two
 tables, active and standby partitions, and applies the membership's assignment to them
 (:meth:`PartitionHosting.rebalance`): a revoked partition is closed (waiting for the writer's
-block and the reads in flight), an assigned one is opened as a :class:`~txstore.task.Task`
+block and the reads in flight), an assigned one is opened as a :class:`~txstore.runtime.task.Task`
 (recovered and restored, once its previous owner released it), a standby one as a read-only
 database. Tables are replaced, never mutated, so readers take them without a lock.
 
@@ -32,7 +32,7 @@ from txstore.queries.local import HostedPartition
 from txstore.queries.membership import Assignment, Membership
 from txstore.queries.specs import StoreSpec
 from txstore.queries.types import HostInfo, State, ThreadState
-from txstore.statedir import partition_path
+from txstore.runtime.statedir import partition_path
 
 __all__ = ["PartitionHosting", "PartitionWriter"]
 
@@ -55,7 +55,7 @@ class PartitionWriter:
 
     @property
     def task(self) -> Any:
-        """The partition's :class:`~txstore.task.Task`. O(1)."""
+        """The partition's :class:`~txstore.runtime.task.Task`. O(1)."""
         return self._hosted.task
 
     def store(self, name: str) -> Any:
@@ -70,7 +70,7 @@ class PartitionWriter:
             raise UnknownStateStoreError(name) from None
 
     def commit(self, input_position: int) -> None:
-        """Commit the partition's task (see :meth:`txstore.task.Task.commit`).
+        """Commit the partition's task (see :meth:`txstore.runtime.task.Task.commit`).
 
         One changelog commit per store, then one LMDB write transaction committing every
         store of the partition with its changelog offset (O(u log n) for ``u`` staged writes,
@@ -108,7 +108,8 @@ class _WriterBlock:
 class PartitionHosting(Lifecycle):
     """The active and standby partitions of an instance and their moves (see the module
     docstring). ``specs`` are the stores every partition holds; ``task_options`` go to each
-    :class:`~txstore.task.Task`; ``handover_timeout`` bounds the wait for a partition's previous
+    :class:`~txstore.runtime.task.Task`; ``handover_timeout`` bounds the wait for a partition's
+    previous
     owner; ``restore_listener(partition, RestoreProgress)`` hears restores."""
 
     def __init__(
@@ -268,7 +269,7 @@ class PartitionHosting(Lifecycle):
         self._publish(role, p, None)
 
     def _open_active(self, p: int, deadline: float) -> HostedPartition | None:
-        from txstore.task import Task
+        from txstore.runtime.task import Task
 
         path = partition_path(self.state_dir, p)
         path.mkdir(parents=True, exist_ok=True)
@@ -293,7 +294,7 @@ class PartitionHosting(Lifecycle):
         return HostedPartition(p, task=task, stores=stores, running=self._running)
 
     def _open_standby(self, p: int) -> HostedPartition | None:
-        from txstore.database import Database
+        from txstore.runtime.database import Database
 
         path = partition_path(self.state_dir, p)
         if not (path / "data" / "data.mdb").is_file():

@@ -2,7 +2,8 @@
 
 Every partition records each store's kind, format, serdes and configuration; the builders made
 from that metadata reopen the stores exactly as they were written. Serdes are found by name
-(:func:`~txstore.serdes.serde_by_name`): a user serde must be registered in the serving process
+(:func:`~txstore.stores.serdes.serde_by_name`): a user serde must be registered in the serving
+process
 (``txstore serve --import my.serdes``).
 """
 
@@ -11,11 +12,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from txstore.catalog import stored_format
 from txstore.errors import InvalidArgumentError, TxStoreError
-from txstore.serdes import Serde, serde_by_name
-from txstore.statedir import partition_dirs
-from txstore.stores import (
+from txstore.runtime.catalog import stored_format
+from txstore.runtime.statedir import partition_dirs
+from txstore.stores.factories import (
     KeyValueStoreBuilder,
     KeyValueStoreSupplier,
     SessionBytesStoreSupplier,
@@ -23,6 +23,7 @@ from txstore.stores import (
     WindowBytesStoreSupplier,
     WindowStoreBuilder,
 )
+from txstore.stores.serdes import Serde, serde_by_name
 
 __all__ = ["builder_from_meta", "builders_from_state_dir"]
 
@@ -67,7 +68,7 @@ def builder_from_meta(name: str, meta: dict[str, Any]) -> Any:
 def builders_from_state_dir(state_dir: str | os.PathLike[str]) -> list[Any]:
     """Builders of every store found in the partitions of ``state_dir`` (read-only opens;
     stores missing from some partitions are taken from the others)."""
-    from txstore.partition import Partition
+    from txstore.engine.partition import Partition
 
     found: dict[str, dict[str, Any]] = {}
     for path in partition_dirs(state_dir).values():

@@ -130,9 +130,9 @@ class ThreadState(enum.Enum):
 def store_kind_and_format(store: object) -> tuple[str, ValueFormat] | None:
     """``(kind, value format)`` of a typed store (``"key_value"``, ``"window"``,
     ``"session"``), or None for anything else."""
-    from txstore.kv import ReadOnlyKeyValueStore
-    from txstore.session import ReadOnlySessionStore
-    from txstore.window import ReadOnlyWindowStore
+    from txstore.stores.kv import ReadOnlyKeyValueStore
+    from txstore.stores.session import ReadOnlySessionStore
+    from txstore.stores.window import ReadOnlyWindowStore
 
     codec = getattr(store, "codec", None)
     if codec is None:

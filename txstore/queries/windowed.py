@@ -19,7 +19,7 @@ from txstore.errors import InvalidArgumentError
 from txstore.queries.composite import CompositeKeyValueIterator, Provider, _Base
 from txstore.queries.local import StoreReader
 from txstore.queries.types import StoreQueryParameters
-from txstore.serdes import Serde
+from txstore.stores.serdes import Serde
 
 __all__ = [
     "CompositeReadOnlySessionStore",

@@ -32,9 +32,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError
-from txstore.partition import Partition
-from txstore.snapshot import begin_cut
+from txstore.runtime.snapshot import begin_cut
 from txstore.spark.options import ReadOptions, parse_options
 from txstore.spark.plan import (
     ReadTask,

@@ -18,7 +18,8 @@ executor inside an ``InputPartition``.
   write, which offsets cannot reveal) makes the task fail with :class:`CutMovedError` instead
   of returning rows from another cut. Re-running the query plans a new cut.
 * ``snapshot=true`` or ``snapshot=<dir>`` takes a snapshot of the live directory at planning
-  (:func:`txstore.snapshot.snapshot_state_dir`) and plans on it, so writers may keep committing.
+  (:func:`txstore.runtime.snapshot.snapshot_state_dir`) and plans on it, so writers may keep
+  committing.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from txstore.codecs import ValueFormat
+from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, InvalidStateStoreError, StorageError
-from txstore.partition import Partition
-from txstore.snapshot import (
+from txstore.runtime.snapshot import (
     Manifest,
     PartitionCut,
     begin_cut,
@@ -45,8 +46,8 @@ from txstore.snapshot import (
     snapshot_partition,
     snapshot_state_dir,
 )
+from txstore.runtime.statedir import partition_dirs
 from txstore.spark.options import ReadOptions
-from txstore.statedir import partition_dirs
 
 __all__ = [
     "CutMovedError",
@@ -70,7 +71,9 @@ _SEGMENTED: Final = frozenset(
 SUPPORTED_META: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "key_value": (
         frozenset({"kind", "format", "key_serde", "value_serde", "format_version"}),
-        frozenset({"db", "legacy"}),  # a lazy format upgrade in progress (txstore.upgrade)
+        frozenset(
+            {"db", "legacy"}
+        ),  # a lazy format upgrade in progress (txstore.bytestores.upgrade)
     ),
     "window": (_SEGMENTED | {"window_size", "retain_duplicates"}, frozenset()),
     "session": (_SEGMENTED, frozenset()),

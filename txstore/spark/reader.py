@@ -28,18 +28,18 @@ from typing import Any, Final
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from txstore.catalog import open_view
 from txstore.codecs import ValueFormat, decode_headers
 from txstore.codecs._native import session_key_columns, split_value_columns, window_key_columns
 from txstore.codecs.columns import BinaryColumn
+from txstore.engine.base import Snapshot
+from txstore.engine.iterators import KeyRange
+from txstore.engine.partition import Partition
 from txstore.errors import SerializationError, TxStoreError
-from txstore.iterators import KeyRange
-from txstore.partition import Partition
-from txstore.partition_base import Snapshot
-from txstore.serdes import serde_by_name
-from txstore.snapshot import begin_cut
+from txstore.runtime.catalog import open_view
+from txstore.runtime.snapshot import begin_cut
 from txstore.spark.plan import ReadTask, check_cut
 from txstore.spark.schema import ColumnDecoder, ReadLayout
+from txstore.stores.serdes import serde_by_name
 
 __all__ = ["BatchBuilder", "read_task"]
 

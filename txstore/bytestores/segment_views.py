@@ -1,0 +1,290 @@
+"""Read-committed views of segmented stores (window and session stores): committed data
+only, never the overlay, usable from any thread; see :class:`SegmentedReadCommittedView`.
+The read operations themselves are shared with the store
+(:mod:`txstore.bytestores.segment_reads`)."""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any, Final
+
+from txstore.bytestores.segment_reads import (
+    SMALL_READ_LIMIT,
+    RowsIterator,
+    Segment,
+    SegmentedReads,
+    read_all,
+)
+from txstore.codecs import ValueFormat, convert_value
+from txstore.engine.base import AtomicReads, Snapshot
+from txstore.engine.iterators import (
+    EMPTY_SOURCE,
+    ChunkSource,
+    FnSource,
+    IteratorRegistry,
+    KeyRange,
+    KeyValueIterator,
+    Row,
+)
+from txstore.errors import InvalidStateStoreError, StoreClosedError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from txstore.bytestores.segments import SegmentedBytesStore
+
+__all__ = ["SegmentedReadCommittedView"]
+
+_REG: Final = struct.Struct(">q")
+
+
+class SegmentedReadCommittedView(SegmentedReads):
+    """Committed data only: the committed segment registry and segments, never the overlay.
+
+    Usable from any thread. Expiry uses the writer's observed stream time *as of its last
+    commit*
+    (:attr:`~txstore.bytestores.segments.SegmentedBytesStore.committed_observed_stream_time`),
+    never the one uncommitted puts advanced, so uncommitted writes cannot hide committed
+    records; a snapshot view keeps the one of the moment it was taken. Staged segment drops
+    live in the overlay and are invisible here until committed. Each read is one or more short
+    read transactions; :meth:`snapshot` gives a view where all reads see one commit.
+
+    A segment's rows are decoded with the format its registry entry gives *in the transaction
+    that read them*: every read of a segment (a get, a short fetch, each chunk of a scan) reads
+    the entry and the rows together (:meth:`~txstore.engine.base.PartitionBase.read_atomic`).
+    A commit that converts an old-format segment in place (lazy upgrade) rewrites both at once,
+    so a reader never decodes converted rows with the old format, even when that commit lands
+    between the query's listing of the segments and its reads, or between two chunks.
+    """
+
+    def __init__(
+        self,
+        store: SegmentedBytesStore,
+        snapshot: Snapshot | None = None,
+        observed: int | None = None,
+    ) -> None:
+        self._store = store
+        self._snap = snapshot
+        self._observed_at = observed  # None: the store's committed observed time, read live
+        self._iters = IteratorRegistry()
+        self._last_registry: dict[int, ValueFormat] = {}
+        self._cached: tuple[int | None, dict[int, ValueFormat]] | None = None
+        #: Registry key and database name of the segments read, by id (made once each).
+        self._names: dict[int, tuple[bytes, bytes]] = {}
+
+    def _check_open(self) -> None:
+        self._store._check_open()
+        if self._snap is not None and self._snap.closed:
+            raise InvalidStateStoreError(
+                f"snapshot view of store {self._store._name!r} is closed: take a new snapshot"
+            )
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The observed stream time this view filters expired records with: the store's as of
+        its last commit (of the moment the snapshot was taken, for a snapshot view)."""
+        if self._observed_at is not None:
+            return self._observed_at
+        return self._store.committed_observed_stream_time
+
+    def _min_time(self) -> int:
+        return self.observed_stream_time - self._store.retention + 1
+
+    def _register(self, it: KeyValueIterator) -> KeyValueIterator:
+        self._store._iters.add(it)
+        return super()._register(it)
+
+    def _source(self, db: bytes) -> ChunkSource:
+        if self._snap is None:
+            return self._store._p.source(db, shared=True)
+        return self._snap.source(db)
+
+    def _registry(self) -> dict[int, ValueFormat]:
+        """The committed segment registry (one short read), remembered for the segment reads
+        of the query that asked for it: a segment dropped meanwhile reads as empty.
+
+        Kept while nothing was committed since it was read: the writer partition of this
+        process counts its write transactions (``write_generation``, sampled before the read);
+        a snapshot never changes. Other partitions (read-only, in memory) read it every time.
+        """
+        gen = -1 if self._snap is not None else self._store._p.write_generation
+        cached = self._cached
+        if cached is not None and gen is not None and cached[0] == gen:
+            self._last_registry = cached[1]
+            return cached[1]
+        rows = read_all(self._source(self._store._reg_db))
+        reg = {_REG.unpack(k)[0]: ValueFormat(v[0]) for k, v in rows if v}
+        self._last_registry = reg
+        if gen is not None:
+            self._cached = (gen, reg)
+        return reg
+
+    def _segment_ids(self) -> list[int]:
+        return sorted(self._registry())
+
+    def _format_of(self, sid: int) -> ValueFormat | None:
+        fmt = self._last_registry.get(sid)
+        return fmt if fmt is not None else self._registry().get(sid)
+
+    def _segment_format(self, reads: AtomicReads, sid: int) -> ValueFormat | None:
+        """The format of segment ``sid`` in the registry, as of ``reads`` (None: no such
+        segment, e.g. dropped since the segments were listed). O(log segments)."""
+        v = reads.get(self._store._reg_db, _REG.pack(sid))
+        if not v:
+            return None
+        fmt = self._store.format
+        return fmt if v[0] == fmt else ValueFormat(v[0])  # the enum call only when it differs
+
+    def _open_segment(self, sid: int) -> tuple[ChunkSource, Segment | None]:
+        st = self._store
+        db = st.segment_db(sid)
+        if self._snap is not None:  # one transaction for everything already
+            fmt = self._format_of(sid)
+            if fmt is None:
+                return EMPTY_SOURCE, None
+            return self._source(db), Segment(sid, fmt, db, None)
+        p, dbs, dst = st._p, (st._reg_db, db), st.format
+
+        def chunk(reads: AtomicReads, rng: KeyRange, reverse: bool, n: int) -> Any:
+            fmt = self._segment_format(reads, sid)
+            if fmt is None:
+                return [], None
+            rows, frontier = reads.read_chunk(db, rng, reverse, n)
+            if fmt != dst:
+                rows = [(k, convert_value(v, fmt, dst)) for k, v in rows]
+            return rows, frontier
+
+        def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
+            result: tuple[list[Row], bytes | None] = p.read_atomic(
+                dbs, lambda reads: chunk(reads, rng, reverse, n)
+            )
+            return result
+
+        # Rows come out of ``read`` in the store's format already: no conversion downstream.
+        return FnSource(read), Segment(sid, dst, db, None)
+
+    def _fetch_small(
+        self, sids: list[int], lo: bytes, hi: bytes, reverse: bool, cond: Callable[[bytes], bool]
+    ) -> RowsIterator | None:
+        """A single-key fetch in one read transaction (see :meth:`_read_rows`), filtered by
+        ``cond``; None when a segment holds more than :data:`SMALL_READ_LIMIT` rows in range."""
+        rows = self._read_rows(sids[::-1] if reverse else sids, lo, hi, reverse)
+        return None if rows is None else RowsIterator([r for r in rows if cond(r[0])], self._store)
+
+    def _read_rows(
+        self, sids: list[int], lo: bytes, hi: bytes, reverse: bool
+    ) -> list[tuple[bytes, bytes]] | None:
+        """The rows of ``[lo, hi]`` of segments ``sids`` (in that order; each segment's rows
+        in scan order) in the store's format, read in one read transaction with every
+        segment's registry entry (one begin for all the segments, and one committed state for
+        the whole fetch); None for a snapshot view or when a segment holds more than
+        :data:`SMALL_READ_LIMIT` rows in range."""
+        if self._snap is not None:
+            return None
+        st = self._store
+        dst = st.format
+        reg_db = st._reg_db
+        names = self._names
+        segs = []  # (registry key, database) of each segment
+        dbs = [reg_db]
+        for sid in sids:
+            pair = names.get(sid)
+            if pair is None:
+                if len(names) >= 256:  # segments roll forward: forget the old ones
+                    names.clear()
+                pair = names[sid] = (_REG.pack(sid), st.segment_db(sid))
+            segs.append(pair)
+            dbs.append(pair[1])
+
+        def read(reads: AtomicReads) -> list[tuple[bytes, bytes]] | None:
+            out: list[tuple[bytes, bytes]] = []
+            for reg_key, db in segs:
+                entry = reads.get(reg_db, reg_key)
+                if not entry:
+                    continue  # dropped since the segments were listed
+                rows, more = reads.read_range(db, lo, hi, reverse, SMALL_READ_LIMIT)
+                if more:
+                    return None
+                if entry[0] != dst:  # stored in another format: convert to the store's
+                    fmt = ValueFormat(entry[0])
+                    rows = [(k, convert_value(v, fmt, dst)) for k, v in rows]
+                if reverse:
+                    rows.reverse()
+                if out:
+                    out += rows  # type: ignore[arg-type]
+                else:
+                    out = rows  # type: ignore[assignment]
+            return out
+
+        out: list[tuple[bytes, bytes]] | None = st._p.read_atomic(dbs, read)
+        return out
+
+    def fetch_window_rows(
+        self, key: bytes, time_from: int, time_to: int, reverse: bool = False
+    ) -> list[Row] | None:
+        """:meth:`SegmentedBytesStore.fetch_window_rows
+        <txstore.bytestores.segments.SegmentedBytesStore.fetch_window_rows>` of committed data, in
+        one
+        read transaction (see :meth:`_read_rows`); None: use :meth:`fetch` (a segment holds
+        too many rows, or this is a snapshot view)."""
+        if self._snap is not None:
+            self._check_open()
+            return None
+        if not self._store._open:
+            raise StoreClosedError(self._store._name)
+        bounds = self._window_bounds(key, time_from, time_to)
+        if not bounds:
+            return None if bounds is None else []
+        first, last, lo, hi = bounds
+        sids = [s for s in self._registry() if first <= s <= last]
+        if len(sids) > 1:
+            sids.sort(reverse=reverse)
+        elif not sids:
+            return []
+        rows: list[Row] | None = self._read_rows(sids, lo, hi, reverse)  # type: ignore[assignment]
+        return rows
+
+    def _get_raw(self, sid: int, key: bytes) -> tuple[bytes | None, ValueFormat]:
+        st = self._store
+        db = st.segment_db(sid)
+        if self._snap is not None:
+            fmt = self._registry().get(sid)
+            if fmt is None:
+                return None, st.format
+            return self._snap.get(db, key), fmt
+
+        def read(reads: AtomicReads) -> tuple[bytes | None, ValueFormat]:
+            fmt = self._segment_format(reads, sid)
+            if fmt is None:
+                return None, st.format
+            return reads.get(db, key), fmt
+
+        result: tuple[bytes | None, ValueFormat] = st._p.read_atomic((st._reg_db, db), read)
+        return result
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The committed offset (of this snapshot, for a snapshot view)."""
+        self._check_open()
+        if self._snap is not None:
+            return self._snap.committed_offset(self._store._name)
+        return self._store._p.committed_offset(self._store._name)
+
+    def snapshot(self) -> SegmentedReadCommittedView:
+        """A view whose reads all see one committed state (close it: it pins pages)."""
+        self._check_open()
+        st = self._store
+        observed = st.committed_observed_stream_time  # read before: never newer than the data
+        return SegmentedReadCommittedView(st, st._p.snapshot(), observed)
+
+    def close(self) -> None:
+        """Close this view's iterators and its snapshot, if any. Idempotent."""
+        self._iters.close_all()
+        if self._snap is not None:
+            self._snap.close()
+
+    def __enter__(self) -> SegmentedReadCommittedView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,172 @@
+"""The change-logging layer: every write to a store is also appended to its changelog.
+
+Kafka Streams' ``ChangeLogging*BytesStore`` sits between the typed store and the bytes store;
+so does :class:`ChangeLoggingKeyValueBytesStore`. It forwards every call to the bytes store and,
+for writes, appends a changelog record in Kafka's changelog representation:
+
+* the record **value** is the plain value, without the timestamp or headers prefix of the
+  store's format (``None`` for a delete);
+* the record **timestamp** is the stored timestamp for timestamped formats, otherwise (and for
+  deletes) the timestamp of the record being processed (:class:`RecordContext`);
+* the record **headers** are the stored headers for header formats, otherwise (and for deletes)
+  the headers of the record being processed.
+
+Restoring goes the other way through the record converters
+(:func:`txstore.codecs.records_to_values`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from txstore import codecs
+from txstore.changelog.api import Changelog
+from txstore.codecs import ValueFormat
+
+_I = struct.Struct(">i")
+_QI = struct.Struct(">qi")
+
+__all__ = [
+    "ChangeLoggingKeyValueBytesStore",
+    "ChangeLoggingSegmentedBytesStore",
+    "RecordContext",
+]
+
+
+@dataclass
+class RecordContext:
+    """The timestamp and serialized headers of the input record being processed; the task sets
+    it before processing each record (Kafka's ``ProcessorContext`` record metadata)."""
+
+    timestamp: int = -1
+    headers: bytes = b""
+
+
+class _ChangeLogging:
+    """Forwards everything to the wrapped bytes store; subclasses log the writes."""
+
+    def __init__(
+        self, inner: Any, changelog: Changelog, fmt: ValueFormat, context: RecordContext
+    ) -> None:
+        self.inner = inner
+        self.changelog = changelog
+        self.format = ValueFormat(fmt)
+        self.context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _record(self, key: bytes, raw: bytes | None) -> tuple[bytes, bytes | None, int, bytes]:
+        ctx = self.context
+        if raw is None:
+            return key, None, ctx.timestamp, ctx.headers
+        fmt = self.format
+        if fmt == ValueFormat.PLAIN:
+            return key, raw, ctx.timestamp, ctx.headers
+        value, ts, headers = codecs.split_value(fmt, raw)
+        return (
+            key,
+            value,
+            ctx.timestamp if ts is None else ts,
+            headers if fmt.has_headers else ctx.headers,
+        )
+
+
+class ChangeLoggingKeyValueBytesStore(_ChangeLogging):
+    """A bytes key-value store whose writes are appended to ``changelog`` as well.
+
+    Reads and everything else go straight to the wrapped store. The changelog append follows
+    the store write, in the same thread; both are part of the task's open transaction, so a
+    crash before the task commits discards both.
+    """
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Write to the store, then log the write."""
+        self.inner.put(key, value)
+        self.changelog.append(*self._record(key, value))
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write every pair to the store, then log them in one append."""
+        pairs = list(entries)
+        self.inner.put_all(pairs)
+        self.changelog.append_many([self._record(k, v) for k, v in pairs])
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
+        """Put only if absent; a write that happened is logged."""
+        old: bytes | None = self.inner.put_if_absent(key, value)
+        if old is None:
+            self.changelog.append(*self._record(key, value))
+        return old
+
+    def delete(self, key: bytes) -> bytes | None:
+        """Delete from the store and log a tombstone."""
+        old: bytes | None = self.inner.delete(key)
+        self.changelog.append(*self._record(key, None))
+        return old
+
+
+class ChangeLoggingSegmentedBytesStore(_ChangeLogging):
+    """A window or session bytes store (:class:`~txstore.bytestores.segments.SegmentedBytesStore`)
+    whose
+    writes are appended to ``changelog`` as well.
+
+    The changelog key is the store key: ``[key][start][seq]`` for windows and
+    ``[key][end][start]`` for sessions, as Kafka's ``ChangeLoggingWindowBytesStore`` and
+    ``ChangeLoggingSessionBytesStore`` write them; restore puts it back verbatim. A record
+    dropped because its segment expired is still logged, as in Kafka (restore drops it again).
+
+    With ``retain_duplicates`` (window stores), this layer numbers the changelog keys with
+    **its own** sequence counter, as ``ChangeLoggingWindowBytesStore`` does: incremented
+    (``& 0x7FFFFFFF``) before every put, including ``put(key, None, ts)``, which the store
+    skips (no write, no store seqnum) but this layer logs as a null record under
+    ``[key][ts][seq]`` (kafka-formats.md section 4.4). The two counters therefore part after
+    the first null put (store 1, 2 where the changelog has 1, 2 (null), 3); restoring the
+    changelog gives the changelog's numbering, as in Kafka, and a null record deletes a key
+    the store never held: nothing.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        changelog: Changelog,
+        fmt: ValueFormat,
+        context: RecordContext,
+        retain_duplicates: bool = False,
+    ) -> None:
+        super().__init__(inner, changelog, fmt, context)
+        self.retain_duplicates = retain_duplicates
+        self._seqnum = 0
+
+    def _log_key(self, key: bytes) -> bytes:
+        """The changelog key of the window store key ``key``: its sequence number replaced by
+        this layer's counter, advanced first (retain_duplicates), else ``key`` itself."""
+        if not self.retain_duplicates:
+            return key
+        self._seqnum = seq = (self._seqnum + 1) & 0x7FFFFFFF
+        return key[:-4] + _I.pack(seq)
+
+    def put_at(self, key: bytes, ts: int, value: bytes | None) -> bool:
+        """Write to the store, then log the write."""
+        applied: bool = self.inner.put_at(key, ts, value)
+        self.changelog.append(*self._record(self._log_key(key), value))
+        return applied
+
+    def put(self, key: bytes, value: bytes | None) -> bool:
+        """Write to the store, then log the write."""
+        applied: bool = self.inner.put(key, value)
+        self.changelog.append(*self._record(self._log_key(key), value))
+        return applied
+
+    def put_skipped_null(self, key: bytes, ts: int) -> None:
+        """``put(key, None, ts)`` on a window store with retain_duplicates: a no-op in the
+        store, logged here as a null record under ``[key][ts][next seq]`` (as Kafka)."""
+        self.inner.put_skipped_null(key, ts)
+        self.changelog.append(*self._record(self._log_key(key + _QI.pack(ts, 0)), None))
+
+    def remove(self, key: bytes) -> None:
+        """Remove from the store and log a tombstone."""
+        self.inner.remove(key)
+        self.changelog.append(*self._record(key, None))

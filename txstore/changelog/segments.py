@@ -1,0 +1,327 @@
+"""Segment files of a file changelog: naming, the directory metadata, and the recovery scan.
+
+Invariants of a changelog directory (checked on every open):
+
+* segment files are named by the base offset of the range they cover, ``%020d.log``;
+* consecutive segments cover contiguous offset ranges: a segment's ``base`` equals the
+  ``end_offset`` of the commit marker that ends the segment before it;
+* every segment but the last ends with a valid commit marker (rolling happens only between
+  transactions, and compaction writes one marker at the end of each file it produces);
+* a segment whose base lies below the previous segment's end is the leftover of a merging
+  compaction interrupted between its rename and its deletions, and is removed;
+* the last segment is scanned frame by frame: everything after its last valid commit marker is a
+  torn or uncommitted tail and is truncated; a bad frame *before* a valid marker is corruption of
+  committed data and raises :class:`~txstore.errors.ChangelogCorruptionError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from txstore.changelog.format import (
+    LONG_MIN,
+    T_BATCH,
+    Frame,
+    FrameReader,
+    Marker,
+    batch_info,
+    corruption,
+    decode_marker,
+    find_valid_marker,
+    frame_problem,
+    read_last_marker,
+)
+from txstore.errors import ConfigConflictError
+
+META_FILE: Final = "changelog.json"
+LOCK_FILE: Final = "writer.lock"
+FORMAT_NAME: Final = "txstore-changelog"
+FORMAT_VERSION: Final = 1
+CLEANED_SUFFIX: Final = ".cleaned"
+_SEGMENT_RE: Final = re.compile(r"^(\d{20})\.log$")
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+def segment_name(base: int) -> str:
+    """``00000000000000000042.log`` for base offset 42 (Kafka's naming)."""
+    return f"{base:020d}.log"
+
+
+def segment_files(path: str) -> list[tuple[int, str]]:
+    """The segment files in ``path`` as ``(base, full path)``, in base order."""
+    found = []
+    for name in os.listdir(path):
+        m = _SEGMENT_RE.match(name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(path, name)))
+    found.sort()
+    return found
+
+
+def fsync_dir(path: str) -> None:
+    """Make renames, creations and deletions in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_fd(path: str, flags: int = os.O_RDONLY) -> int:
+    return os.open(path, flags | _O_CLOEXEC, 0o644)
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def read_meta(path: str) -> dict[str, Any] | None:
+    """The directory's metadata, or None if it has none. Foreign content raises."""
+    meta_path = os.path.join(path, META_FILE)
+    try:
+        with open(meta_path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ConfigConflictError(f"{meta_path} is not a txstore changelog metadata file")
+    if meta.get("version") != FORMAT_VERSION:
+        raise ConfigConflictError(
+            f"{meta_path} has changelog format version {meta.get('version')!r}; this txstore "
+            f"reads version {FORMAT_VERSION}"
+        )
+    return meta
+
+
+def write_meta(path: str, meta: dict[str, Any], *, sync: bool) -> None:
+    """Replace the metadata file atomically (temporary file, fsync, rename, fsync dir)."""
+    final = os.path.join(path, META_FILE)
+    tmp = final + ".tmp"
+    data = json.dumps(meta, sort_keys=True, indent=1).encode() + b"\n"
+    fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    if sync:
+        fsync_dir(path)
+
+
+def remove_temporaries(path: str) -> None:
+    """Delete what a crash can leave behind: compaction outputs never renamed into place, and a
+    metadata file never renamed into place."""
+    for name in os.listdir(path):
+        if name.endswith(CLEANED_SUFFIX) or name == META_FILE + ".tmp":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(path, name))
+
+
+# --------------------------------------------------------------------------- segments
+
+
+@dataclass
+class Segment:
+    """A segment as the log tracks it. ``size`` is its committed size in bytes (the whole file
+    for a closed segment), ``end_offset`` the offset after its last committed record (its last
+    marker's), ``max_timestamp`` the largest record timestamp in it (LONG_MIN: none)."""
+
+    base: int
+    path: str
+    end_offset: int
+    max_timestamp: int
+    size: int
+    marker: Marker | None = field(default=None, repr=False)
+
+
+@dataclass
+class LoadedLog:
+    """What scanning a directory found."""
+
+    segments: list[Segment]
+    last_marker: Marker | None
+    truncated_bytes: int = 0
+    removed_files: list[str] = field(default_factory=list)
+    tail_reason: str | None = None
+
+
+def load_segments(path: str, *, repair: bool) -> LoadedLog:
+    """Scan the segments of ``path`` (see the module docstring for the rules).
+
+    With ``repair`` (the writer, holding the lock) stale and uncommitted files are deleted and a
+    torn tail truncated (and fsynced); without it (a read-only reader) they are only skipped.
+    """
+    files = segment_files(path)
+    segments: list[Segment] = []
+    removed: list[str] = []
+    prev_end: int | None = None
+    for i, (base, seg_path) in enumerate(files):
+        last = i == len(files) - 1
+        if prev_end is not None and base < prev_end:
+            if last:
+                raise corruption(seg_path, 0, base, "the last segment overlaps the one before")
+            removed.append(seg_path)  # left behind by an interrupted merging compaction
+            continue
+        if prev_end is not None and base > prev_end:
+            raise corruption(
+                seg_path,
+                0,
+                prev_end,
+                f"offsets [{prev_end}, {base}) are missing (a segment "
+                "file was deleted or the directory is incomplete)",
+            )
+        if last:
+            break
+        fd = open_fd(seg_path)
+        try:
+            size = os.fstat(fd).st_size
+            marker = read_last_marker(fd, size)
+        finally:
+            os.close(fd)
+        if marker is None or marker.end_offset < base:
+            raise corruption(
+                seg_path, size, base, "a closed segment does not end with a valid commit marker"
+            )
+        segments.append(
+            Segment(base, seg_path, marker.end_offset, marker.max_timestamp, size, marker)
+        )
+        prev_end = marker.end_offset
+    loaded = LoadedLog(segments, segments[-1].marker if segments else None, removed_files=removed)
+    if files:
+        _load_last(files[-1][0], files[-1][1], loaded, repair=repair)
+    if repair:
+        for p in loaded.removed_files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+        if loaded.removed_files or loaded.truncated_bytes:
+            fsync_dir(path)
+    return loaded
+
+
+def _load_last(base: int, seg_path: str, loaded: LoadedLog, *, repair: bool) -> None:
+    flags = os.O_RDWR if repair else os.O_RDONLY
+    fd = open_fd(seg_path, flags)
+    try:
+        size = os.fstat(fd).st_size
+        scan = scan_segment(fd, seg_path, base)
+        if scan.marker is None:
+            # No commit in it: a transaction that never committed (its records are the
+            # segment's only content, since a transaction never spans segments).
+            loaded.removed_files.append(seg_path)
+            loaded.truncated_bytes += size
+            loaded.tail_reason = scan.reason if size else None
+            return
+        if scan.committed_pos < size:
+            loaded.truncated_bytes += size - scan.committed_pos
+            loaded.tail_reason = scan.reason
+            if repair:
+                os.ftruncate(fd, scan.committed_pos)
+                os.fsync(fd)
+        m = scan.marker
+        loaded.segments.append(
+            Segment(base, seg_path, m.end_offset, m.max_timestamp, scan.committed_pos, m)
+        )
+        loaded.last_marker = m
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class ScanResult:
+    """The committed prefix of a segment: ``committed_pos`` bytes, closed by ``marker``."""
+
+    committed_pos: int
+    marker: Marker | None
+    reason: str | None  # why the bytes after committed_pos are not committed
+
+
+def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) -> ScanResult:
+    """Walk every frame of a segment, checking CRCs, offsets and transaction ids; return where
+    its committed data ends. Raises :class:`ChangelogCorruptionError` for a bad frame followed by
+    a valid commit marker (committed data), including after the frame chain broke (then the rest
+    of the file is searched for a marker). O(file size)."""
+    reader = FrameReader(fd, 0, limit)
+    size = os.fstat(fd).st_size if limit is None else limit
+    committed_pos = 0
+    marker: Marker | None = None
+    expected = base  # the smallest offset the next batch may hold
+    pending_txn: int | None = None
+    problem: tuple[int, int, str] | None = None  # (position, offset, what) of the first bad frame
+    while True:
+        frame = reader.next()
+        if not isinstance(frame, Frame):
+            if frame == "eof":
+                break
+            if problem is None:
+                problem = (reader.pos, expected, frame_problem(frame))
+            found = find_valid_marker(fd, problem[0] + 1, size)
+            if found is not None:
+                raise corruption(seg_path, *problem, marker_pos=found)
+            break
+        if not frame.crc_ok:
+            problem = problem or (frame.pos, expected, "checksum mismatch")
+            continue
+        if frame.ftype == T_BATCH:
+            try:
+                info = batch_info(frame)
+            except (ValueError, struct.error):
+                problem = problem or (frame.pos, expected, "malformed record batch")
+                continue
+            if info.base_offset < expected or (
+                pending_txn is not None and frame.txn_id != pending_txn
+            ):
+                problem = problem or (frame.pos, expected, "out-of-sequence record batch")
+                continue
+            pending_txn = frame.txn_id
+            expected = info.last_offset + 1
+            continue
+        m = decode_marker(frame)
+        if m is None:
+            problem = problem or (frame.pos, expected, "malformed commit marker")
+            continue
+        if problem is not None:
+            raise corruption(seg_path, *problem, marker_pos=frame.pos)
+        if (pending_txn is not None and m.txn_id != pending_txn) or m.end_offset < expected:
+            raise corruption(
+                seg_path,
+                frame.pos,
+                expected,
+                "a commit marker that does not match the records before it",
+            )
+        committed_pos, marker = frame.end, m
+        expected, pending_txn = m.end_offset, None
+    reason = None
+    if committed_pos < size:
+        reason = problem[2] if problem else "records after the last commit marker"
+    return ScanResult(committed_pos, marker, reason)
+
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "LOCK_FILE",
+    "LONG_MIN",
+    "META_FILE",
+    "LoadedLog",
+    "ScanResult",
+    "Segment",
+    "fsync_dir",
+    "load_segments",
+    "open_fd",
+    "read_meta",
+    "remove_temporaries",
+    "scan_segment",
+    "segment_files",
+    "segment_name",
+    "write_meta",
+]

@@ -1,0 +1,293 @@
+"""Inspecting partition and state directories: what ``txstore stat | dump | get | offsets |
+check`` print. Everything here opens partitions read-only and reads committed data only, so it
+is safe to run next to a live writer.
+
+A *path* is either one partition directory (holding ``data/``) or a state directory of
+partition directories (``<state_dir>/<n>/``, see :mod:`txstore.runtime.statedir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from txstore import codecs
+from txstore.changelog.log import FileChangelog
+from txstore.engine.partition import Partition, writer_probe
+from txstore.errors import InvalidArgumentError, TxStoreError
+from txstore.runtime.catalog import RowDecoder, open_view
+from txstore.runtime.statedir import partition_dirs
+
+__all__ = ["Problem", "check", "dump", "get", "offsets", "partitions_of", "stat"]
+
+
+def partitions_of(path: str | os.PathLike[str]) -> dict[int | None, Path]:
+    """The partition directories at ``path``: ``{None: path}`` for a partition directory,
+    ``{n: <path>/<n>}`` for a state directory."""
+    p = Path(path)
+    if (p / "data").is_dir():
+        return {None: p}
+    if not p.is_dir():
+        raise InvalidArgumentError(f"{str(p)!r} does not exist")
+    found: dict[int | None, Path] = {n: d for n, d in partition_dirs(p).items()}
+    if not found:
+        raise InvalidArgumentError(
+            f"{str(p)!r} is neither a partition directory (no data/) nor a state directory "
+            "(no numbered partition directories)"
+        )
+    return found
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def stat(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """One row per store and partition: kind, format, committed entries and offset, serdes,
+    configuration, bytes on disk (the partition's LMDB file and the store's changelog)."""
+    rows: list[dict[str, Any]] = []
+    for number, pdir in partitions_of(path).items():
+        with Partition(pdir, readonly=True) as part:
+            data_bytes = _dir_bytes(pdir / "data")
+            for name in part.store_names():
+                meta = part.store_meta(name) or {}
+                with open_view(part, name) as view:
+                    entries = _count(view)
+                log_dir = pdir / "changelog" / name
+                rows.append(
+                    {
+                        "partition": number,
+                        "store": name,
+                        "kind": meta.get("kind"),
+                        "format": meta.get("format"),
+                        "entries": entries,
+                        "committed_offset": part.committed_offset(name),
+                        "key_serde": meta.get("key_serde"),
+                        "value_serde": meta.get("value_serde"),
+                        "config": {
+                            k: v
+                            for k, v in meta.items()
+                            if k not in ("kind", "format", "key_serde", "value_serde")
+                        },
+                        "partition_data_bytes": data_bytes,
+                        "changelog_bytes": _dir_bytes(log_dir) if log_dir.is_dir() else 0,
+                    }
+                )
+    return rows
+
+
+def _count(view: Any) -> int:
+    if view.kind == "key_value":
+        n: int = view.view.approximate_num_entries()
+        return n
+    with view.rows() as it:
+        return sum(1 for _ in it)
+
+
+def dump(
+    path: str | os.PathLike[str],
+    store: str,
+    *,
+    partitions: list[int] | None = None,
+    decode: bool = True,
+    limit: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The committed records of ``store``, decoded with its recorded serdes, partition by
+    partition in key order: dicts with ``partition``, ``key`` and ``value`` (value objects as
+    ``repr``-able Python objects)."""
+    if limit is not None and limit < 0:
+        raise InvalidArgumentError(f"limit must be >= 0, got {limit}")
+    emitted = 0
+    for number, pdir in partitions_of(path).items():
+        if partitions is not None and number not in partitions:
+            continue
+        with Partition(pdir, readonly=True) as part, open_view(part, store) as view:
+            decoder = RowDecoder(view.meta, decode=decode)
+            with view.rows() as it:
+                for key, value in it:
+                    if limit is not None and emitted >= limit:
+                        return
+                    yield {
+                        "partition": number,
+                        "key": decoder.key(key),
+                        "value": decoder.value(value),
+                    }
+                    emitted += 1
+
+
+def parse_key(text: str, serde_name: str) -> Any:
+    """A key given on the command line, as the object the store's key serde takes."""
+    if serde_name in ("integer", "long"):
+        return int(text)
+    if serde_name == "double":
+        return float(text)
+    if serde_name == "json":
+        return json.loads(text)
+    if serde_name == "bytes":
+        return text.encode("utf-8")
+    return text
+
+
+def get(path: str | os.PathLike[str], store: str, key_text: str) -> tuple[int | None, Any]:
+    """The committed value of ``key_text`` in key-value store ``store``: ``(partition, value)``.
+
+    In a state directory the key's partition is Kafka's default partitioner over the number of
+    partition directories; if the key is not there every partition is searched (stores fed by
+    another partitioner). ``(None, None)`` when no partition has it.
+    """
+    parts = partitions_of(path)
+    first = next(iter(parts.values()))
+    with Partition(first, readonly=True) as part:
+        meta = part.store_meta(store)
+    if meta is None:
+        raise InvalidArgumentError(f"no store {store!r} in {str(path)!r}")
+    decoder = RowDecoder(meta)
+    kb = decoder.encode_key(parse_key(key_text, meta.get("key_serde", "string")))
+    order = list(parts)
+    if None not in parts:
+        guess = codecs.partition_for_key(kb, max(p for p in parts if p is not None) + 1)
+        if guess in parts:
+            order.remove(guess)
+            order.insert(0, guess)
+    for number in order:
+        with Partition(parts[number], readonly=True) as part, open_view(part, store) as view:
+            raw = view.get(kb)
+            if raw is not None:
+                return number, decoder.value(raw)
+    return None, None
+
+
+def offsets(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Per store and partition: the store's committed offset, its changelog's committed end
+    offset and last committed input position, and how far the store lags its changelog."""
+    rows: list[dict[str, Any]] = []
+    for number, pdir in partitions_of(path).items():
+        with Partition(pdir, readonly=True) as part:
+            for name in part.store_names():
+                committed = part.committed_offset(name)
+                row: dict[str, Any] = {
+                    "partition": number,
+                    "store": name,
+                    "store_offset": committed,
+                    "changelog_end": None,
+                    "input_position": None,
+                    "lag": None,
+                }
+                log_dir = pdir / "changelog" / name
+                if log_dir.is_dir():
+                    with FileChangelog(log_dir, readonly=True) as log:
+                        row["changelog_end"] = log.committed_end_offset
+                        row["input_position"] = log.last_committed_input_position
+                        row["lag"] = log.committed_end_offset - (committed or 0)
+                rows.append(row)
+    return rows
+
+
+@dataclass
+class Problem:
+    """One finding of :func:`check`."""
+
+    partition: int | None
+    what: str
+    detail: str = ""
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check` verified and found: ``problems``, and ``notes`` on things that look
+    unusual but are fine (the spill of a live writer)."""
+
+    partitions: int = 0
+    stores: int = 0
+    rows_read: int = 0
+    changelog_records: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _holds_files(path: Path) -> bool:
+    """Whether directory ``path`` exists and is not empty (a live writer may delete it)."""
+    try:
+        return any(path.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _check_spill(number: int | None, pdir: Path, report: CheckReport) -> None:
+    """A non-empty ``spill/`` is the uncommitted overlay of the partition's writer: fine while
+    that writer lives (it holds ``writer.lock``), a leftover if it crashed."""
+    spill = pdir / "spill"
+    if not _holds_files(spill):
+        return
+    with writer_probe(pdir) as alive:
+        if alive:
+            report.notes.append(
+                Problem(number, "spill of a live writer", f"{spill} holds the uncommitted "
+                        "writes of the process that has the partition open for writing (fine)")
+            )  # fmt: skip
+        elif _holds_files(spill):  # looked at again while no writer can open the partition
+            whose = "a crashed writer" if alive is False else "a writer that may be dead"
+            report.problems.append(
+                Problem(number, "leftover spill", f"{spill} holds uncommitted data of {whose}; "
+                        "opening the partition for writing (or recover()) deletes it")
+            )  # fmt: skip
+
+
+def check(path: str | os.PathLike[str]) -> CheckReport:
+    """Verify a partition or state directory: every store's metadata is readable and names a
+    known kind, every committed row decodes with the store's format (reading every LMDB page),
+    every changelog record passes its checksum, no store is ahead of its changelog, and no
+    spilled uncommitted data was left behind by a crashed writer (the spill of a live writer is
+    a note, not a problem)."""
+    report = CheckReport()
+    for number, pdir in partitions_of(path).items():
+        report.partitions += 1
+        _check_spill(number, pdir, report)
+        try:
+            part = Partition(pdir, readonly=True)
+        except TxStoreError as exc:
+            report.problems.append(Problem(number, "cannot open", str(exc)))
+            continue
+        with part:
+            for name in part.store_names():
+                report.stores += 1
+                try:
+                    with open_view(part, name) as view:
+                        decoder = RowDecoder(view.meta, decode=False)
+                        with view.rows() as it:
+                            for key, value in it:
+                                decoder.key(key)
+                                decoder.value(value)
+                                report.rows_read += 1
+                except TxStoreError as exc:
+                    report.problems.append(Problem(number, f"store {name!r}", str(exc)))
+                    continue
+                log_dir = pdir / "changelog" / name
+                if not log_dir.is_dir():
+                    continue
+                # The store's offset is read before the changelog is opened (its committed end
+                # is fixed at open): a live task commits its changelog before its stores, so
+                # read in this order the store is never ahead, and read the other way a commit
+                # in between made a healthy store look ahead of its changelog.
+                store_offset = part.committed_offset(name) or 0
+                try:
+                    with FileChangelog(log_dir, readonly=True) as log:
+                        report.changelog_records += log.verify()
+                        ahead = store_offset - log.committed_end_offset
+                except TxStoreError as exc:
+                    report.problems.append(Problem(number, f"changelog {name!r}", str(exc)))
+                    continue
+                if ahead > 0:
+                    report.problems.append(
+                        Problem(number, f"store {name!r}", f"is {ahead} offsets ahead of its "
+                                "changelog: the changelog lost committed data")
+                    )  # fmt: skip
+    return report

@@ -1,0 +1,219 @@
+"""Typed session stores: Kafka's ``SessionStore``, plain or with headers.
+
+Sessions are keyed ``[key][L(end)][L(start)]`` and segmented by their **end**. Values are plain
+aggregations, or :class:`~txstore.types.AggregationWithHeaders`
+(``[headersSize][headersBytes][aggregation]``, KIP-1271's ``SessionStoreWithHeaders``).
+
+Java overloads by arity, and so does this class:
+
+* ``findSessions(K key, long earliestSessionEnd, long latestSessionStart)`` ->
+  ``find_sessions(key, earliest_session_end, latest_session_start)``;
+* ``findSessions(K from, K to, long earliestSessionEnd, long latestSessionStart)`` ->
+  ``find_sessions(key_from, key_to, earliest_session_end, latest_session_start)``;
+* ``findSessions(long earliestSessionEnd, long latestSessionEnd)`` ->
+  ``find_sessions(earliest_session_end, latest_session_end)``: in-memory stores only, as in
+  Kafka; persistent stores raise :class:`~txstore.errors.UnsupportedOperationError`;
+* ``backwardFindSessions`` -> ``backward_find_sessions`` (3 or 4 arguments);
+* ``fetch(K key)`` / ``fetch(K from, K to)`` -> ``fetch(key)`` / ``fetch(key_from, key_to)``, and
+  ``backward_fetch`` likewise; ``fetchSession(K, long start, long end)`` ->
+  ``fetch_session(key, session_start, session_end)``;
+* ``put(Windowed<K>, AGG)`` (``None`` deletes) and ``remove(Windowed<K>)``.
+
+Iterators yield ``KeyValue(Windowed(key, SessionWindow(start, end)), aggregation)``.
+
+>>> from txstore import Serdes, SessionWindow, Stores, Windowed
+>>> store = Stores.session_store_builder(
+...     Stores.in_memory_session_store("s", 60_000), Serdes.string(), Serdes.long()
+... ).build()
+>>> store.put(Windowed("a", SessionWindow(0, 10)), 5)
+>>> store.fetch_session("a", 0, 10)
+5
+>>> with store.find_sessions("a", 0, 100) as it:
+...     [(kv.key.window, kv.value) for kv in it]
+[(SessionWindow(start=0, end=10), 5)]
+>>> store.close()
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import struct
+from typing import Any, TypeVar, overload
+
+from txstore.bytestores.segments import RowsIterator, SegmentedBytesStore
+from txstore.engine.iterators import KeyValueIterator as BytesIterator
+from txstore.errors import InvalidArgumentError, InvalidTypeError, UnsupportedOperationError
+from txstore.stores.kv import KeyValueIterator
+from txstore.stores.window import StoreControl, TypedSegmentedStore, decoded_iterator, to_millis
+from txstore.types import KeyValue, SessionWindow, Windowed, check_long
+
+__all__ = ["ReadOnlySessionStore", "SessionStore"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_QQ = struct.Struct(">qq")
+_LONG_MAX = 2**63 - 1
+_UNSUPPORTED = "This API is not supported by this implementation of SessionStore."
+
+Time = int | _dt.datetime
+
+
+class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
+    """The read half of a session store (what a read-committed view or a query gets)."""
+
+    def _view(self, inner: Any) -> ReadOnlySessionStore[K, V]:
+        return ReadOnlySessionStore(inner, self.key_serde, self.codec, self.adapter)
+
+    def _windowed(self, raw: bytes) -> Windowed[K]:
+        n = len(raw) - 16
+        end, start = _QQ.unpack_from(raw, n)
+        key: Any = self.key_serde.deserialize(raw[:n])
+        return Windowed(key, SessionWindow(start, end))
+
+    def _iter(self, inner: BytesIterator) -> KeyValueIterator[Windowed[K], V]:
+        if type(inner) is RowsIterator:
+            windowed, decode = self._windowed, self._decode
+            items = [KeyValue(windowed(k), decode(v)) for k, v in inner.rows]
+            return decoded_iterator(items, inner._store)
+        return KeyValueIterator(inner, self._windowed, self._decode)
+
+    @overload
+    def find_sessions(
+        self, earliest_session_end: Time, latest_session_end: Time, /
+    ) -> KeyValueIterator[Windowed[K], V]: ...
+    @overload
+    def find_sessions(
+        self, key: K, earliest_session_end: Time, latest_session_start: Time, /
+    ) -> KeyValueIterator[Windowed[K], V]: ...
+    @overload
+    def find_sessions(
+        self,
+        key_from: K | None,
+        key_to: K | None,
+        earliest_session_end: Time,
+        latest_session_start: Time,
+        /,
+    ) -> KeyValueIterator[Windowed[K], V]: ...
+    def find_sessions(self, *args: Any) -> KeyValueIterator[Windowed[K], V]:
+        """Sessions that end at or after ``earliest_session_end`` and start at or before
+        ``latest_session_start``, of one key (3 arguments) or a key range (4; ``None`` is
+        unbounded), segment by segment and by key, end, start within one.
+
+        With 2 arguments (in-memory stores only), every session whose **end** is in
+        ``[earliest_session_end, latest_session_end]``, ordered by end, key, start.
+        """
+        return self._find(args, reverse=False)
+
+    @overload
+    def backward_find_sessions(
+        self, key: K, earliest_session_end: Time, latest_session_start: Time, /
+    ) -> KeyValueIterator[Windowed[K], V]: ...
+    @overload
+    def backward_find_sessions(
+        self,
+        key_from: K | None,
+        key_to: K | None,
+        earliest_session_end: Time,
+        latest_session_start: Time,
+        /,
+    ) -> KeyValueIterator[Windowed[K], V]: ...
+    def backward_find_sessions(self, *args: Any) -> KeyValueIterator[Windowed[K], V]:
+        """The sessions of :meth:`find_sessions` (3 or 4 arguments), in reverse order."""
+        if len(args) == 2:
+            raise InvalidTypeError("backward_find_sessions takes 3 or 4 arguments")
+        return self._find(args, reverse=True)
+
+    def _find(self, args: tuple[Any, ...], reverse: bool) -> KeyValueIterator[Windowed[K], V]:
+        inner = self._inner
+        if len(args) == 2:
+            if inner._store.persistent:
+                raise UnsupportedOperationError(_UNSUPPORTED)
+            t0 = to_millis("earliest_session_end", args[0])
+            t1 = to_millis("latest_session_end", args[1])
+            return self._iter(inner.fetch_by_segment_time(t0, t1))
+        if len(args) == 3:
+            kb = self._key(args[0], 16)
+            t0 = to_millis("earliest_session_end", args[1])
+            t1 = to_millis("latest_session_start", args[2])
+            return self._iter(inner.fetch(kb, None, t0, t1, reverse=reverse, single_key=True))
+        if len(args) == 4:
+            lo, hi = self._bound(args[0], 16), self._bound(args[1], 16)
+            t0 = to_millis("earliest_session_end", args[2])
+            t1 = to_millis("latest_session_start", args[3])
+            return self._iter(inner.fetch(lo, hi, t0, t1, reverse=reverse))
+        raise InvalidTypeError(
+            f"find_sessions takes (earliest_end, latest_end), (key, earliest_end, "
+            f"latest_start) or (key_from, key_to, earliest_end, latest_start); got {len(args)}"
+        )
+
+    def fetch(
+        self, key_or_from: K | None, key_to: Any = ..., /
+    ) -> KeyValueIterator[Windowed[K], V]:
+        """``fetch(key)``: every unexpired session of ``key``; ``fetch(key_from, key_to)``:
+        those of a key range (``None`` is unbounded). Kafka's ``findSessions(.., 0, MAX)``."""
+        if key_to is ...:
+            return self._find((key_or_from, 0, _LONG_MAX), reverse=False)
+        return self._find((key_or_from, key_to, 0, _LONG_MAX), reverse=False)
+
+    def backward_fetch(
+        self, key_or_from: K | None, key_to: Any = ..., /
+    ) -> KeyValueIterator[Windowed[K], V]:
+        """:meth:`fetch` in reverse order."""
+        if key_to is ...:
+            return self._find((key_or_from, 0, _LONG_MAX), reverse=True)
+        return self._find((key_or_from, key_to, 0, _LONG_MAX), reverse=True)
+
+    def fetch_session(self, key: K, session_start: Time, session_end: Time) -> V | None:
+        """The aggregation of exactly the session ``[session_start, session_end]`` of
+        ``key``, or None (also when it has expired). O(log n)."""
+        kb = self._key(key, 16)
+        start = to_millis("session_start", session_start)
+        end = to_millis("session_end", session_end)
+        return self._decode(self._inner.get(kb + _QQ.pack(end, start)))
+
+
+class SessionStore(StoreControl, ReadOnlySessionStore[K, V]):
+    """A typed session store: Kafka's ``SessionStore`` with snake_case names.
+
+    Create one with :class:`~txstore.stores.factories.Stores` builders or
+    :meth:`txstore.Database.session_store`.
+    """
+
+    _inner: SegmentedBytesStore
+
+    def _session_key(self, session_key: Windowed[K]) -> tuple[bytes, int]:
+        if session_key is None:
+            raise InvalidArgumentError("sessionKey can't be null")
+        if not isinstance(session_key, Windowed):
+            raise InvalidTypeError(
+                f"a session key must be a Windowed, got {type(session_key).__name__}"
+            )
+        if session_key.key is None:
+            raise InvalidArgumentError("sessionKey.key() can't be null")
+        window = session_key.window
+        if not isinstance(window, SessionWindow):
+            raise InvalidTypeError(
+                f"a session key's window must be a SessionWindow, got {type(window).__name__}"
+            )
+        kb = self._key(session_key.key, 16)
+        end = check_long("session end", window.end)
+        return kb + _QQ.pack(end, window.start), end
+
+    def put(self, session_key: Windowed[K], aggregate: V | None) -> None:
+        """Put the aggregation of a session; ``None`` deletes that exact session. A session
+        whose segment has expired is dropped (counted in :attr:`dropped_records`)."""
+        raw_key, end = self._session_key(session_key)
+        self._inner.put_at(raw_key, end, self._encode(aggregate))
+
+    def remove(self, session_key: Windowed[K]) -> None:
+        """Delete exactly this session (no expiry check, as Kafka's ``remove``)."""
+        raw_key, _ = self._session_key(session_key)
+        self._inner.remove(raw_key)
+
+    def read_committed(self) -> ReadOnlySessionStore[K, V]:
+        """A read-only view of committed data, usable from other threads."""
+        return self._view(self._inner.read_committed())
+
+    def __enter__(self) -> SessionStore[K, V]:
+        return self
