@@ -21,7 +21,6 @@ from txstore import (
     ValueAndTimestamp,
     ValueFormat,
     ValueTimestampHeaders,
-    admin,
 )
 from txstore.runtime import admin
 from txstore.stores.factories import Stores
