@@ -1,4 +1,5 @@
-"""A task worker with window and session stores, for crash tests (see tests/test_task_windows.py).
+"""A task worker with window and session stores, for crash tests (see
+tests/runtime/test_task_windows.py).
 
 ``python tests/_task_windows_child.py PATH TOTAL COMMIT_EVERY`` processes input records
 ``input_position .. TOTAL-1`` and commits every COMMIT_EVERY records. Retention is short (two

@@ -55,7 +55,8 @@ OFFSET_PREFIX: Final = b"offset:"
 # read-only environment counts its slots and, past ``dbi_reopen_threshold(max_dbs)``, closes and
 # reopens the environment at a safe point (no read of this process in flight, no snapshot open:
 # see :meth:`SharedEnv.relieve`), which releases every handle. The writer's environment never
-# needs it: its segment drops free their slots (tests/test_dbi_table.py rolls far past max_dbs).
+# needs it: its segment drops free their slots (tests/engine/test_dbi_table.py rolls far past
+# max_dbs).
 
 DEFAULT_MAX_DBS: Final = 256
 """Default size of a process's dbi table, per environment. It must hold every database that one

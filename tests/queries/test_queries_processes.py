@@ -24,7 +24,7 @@ from txstore import Serdes, Stores, ValueAndTimestamp
 from txstore.errors import StateStoreMigratedError
 from txstore.queries import Application, HostInfo, QueryClient, StaticAssignment
 
-ROOT = str(Path(__file__).resolve().parent.parent)
+ROOT = str(Path(__file__).resolve().parents[2])
 N = 6
 KEYS = [f"user-{i}" for i in range(120)]
 DEADLINE = 30.0  # seconds any wait in this file may take

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import oracle as o
-from tests.test_codecs import FORMATS, garbage, keys, ofmt, seqs, stored_value, timestamps
+from tests.codecs.test_codecs import FORMATS, garbage, keys, ofmt, seqs, stored_value, timestamps
 from txstore.codecs import ValueFormat as VF
 from txstore.codecs._native import session_key_columns, split_value_columns, window_key_columns
 from txstore.codecs.columns import BinaryColumn

@@ -14,7 +14,7 @@ from tests._task_child import model
 from txstore.errors import InvalidArgumentError
 from txstore.runtime import admin
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_partition(path: Path, total: int = 60) -> None:

@@ -14,7 +14,7 @@ from tests import _engine_child as child
 from tests._task_child import model
 from txstore.engine.partition import Partition
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def txstore(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -95,7 +95,7 @@ RESTORE = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, sys.argv[2])
-    from tests.test_window_changelog_duplicates import builder, fetched
+    from tests.changelog.test_window_changelog_duplicates import builder, fetched
     from txstore.runtime.task import Task
     with Task(sys.argv[1]) as task:
         w = task.window_store(builder(sys.argv[3] == "ts"))
@@ -117,7 +117,14 @@ def test_restore_gives_the_same_fetch_results(tmp_path: Path) -> None:
         (dst / "changelog").mkdir(parents=True)
         shutil.copytree(src / "changelog" / "w", dst / "changelog" / "w")
         out = subprocess.run(
-            [sys.executable, "-c", RESTORE, str(dst), str(Path(__file__).parent.parent), kind],
+            [
+                sys.executable,
+                "-c",
+                RESTORE,
+                str(dst),
+                str(Path(__file__).resolve().parents[2]),
+                kind,
+            ],
             capture_output=True,
             text=True,
             check=True,

@@ -302,7 +302,8 @@ def test_conflicting_reopen_is_an_error_and_keeps_data(tmp_path: Any) -> None:
         s.put("a", 1)
         s.commit(0)
     with txstore.open(tmp_path / "p") as db:
-        # A later format is an upgrade, an earlier one a downgrade: tests/test_upgrades.py.
+        # A later format is an upgrade, an earlier one a downgrade:
+        # tests/bytestores/test_upgrades.py.
         with pytest.raises(ConfigConflictError):
             db.key_value_store("s", Serdes.string(), Serdes.string())
         assert db.key_value_store("s", Serdes.string(), Serdes.long()).get("a") == 1

@@ -1,6 +1,6 @@
 """The Spark reader without a Spark session: options, schemas, planning, reading in-process.
 
-What runs here is what the planner and executor workers run; ``tests/test_spark.py`` runs the
+What runs here is what the planner and executor workers run; ``tests/spark/test_spark.py`` runs the
 same through a real Spark session.
 """
 
@@ -81,7 +81,9 @@ def test_import_txstore_does_not_import_pyspark() -> None:
         "bad = [m for m in ('pyspark', 'pyarrow', 'py4j') if m in sys.modules]; "
         "assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2]
+    )
 
 
 def test_parse_options_errors() -> None:

@@ -15,7 +15,7 @@ from tests._task_child import model, open_task, process, state
 from txstore.errors import InvalidStateStoreError, StoreClosedError
 from txstore.runtime.task import TaskCorruptedError
 
-ROOT = str(Path(__file__).resolve().parent.parent)
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def run_child(path: Path, total: int, every: int, faults: str = "", budget: int = 0) -> int:

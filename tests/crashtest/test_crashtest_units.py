@@ -353,7 +353,7 @@ def test_the_docs_custom_workload_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/crashtest.md's ``my_workload.py``, crash-tested as the page says."""
-    text = (Path(__file__).resolve().parent.parent / "docs" / "crashtest.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "crashtest.md").read_text()
     source = text.split("```python file=my_workload.py\n", 1)[1].split("```", 1)[0]
     (tmp_path / "my_workload.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -1,0 +1,1 @@
+"""Tests of the txstore command line (txstore.cli)."""
