@@ -397,6 +397,11 @@ class BytesKeyValueStore(_Reads):
         self._check_open()
         return ReadCommittedView(self)
 
+    def snapshot(self) -> ReadCommittedView:
+        """A read-only view whose reads all see one committed state, data and offset (one
+        LMDB read transaction until the view is closed). O(1)."""
+        return self.read_committed().snapshot()
+
 
 class ReadCommittedView(_Reads):
     """Committed data of a store only: LMDB read transactions, never the overlay.

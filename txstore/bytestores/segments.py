@@ -596,3 +596,8 @@ class SegmentedBytesStore(SegmentedReads):
         """A read-only view of committed data (usable from any thread)."""
         self._check_open()
         return SegmentedReadCommittedView(self)
+
+    def snapshot(self) -> SegmentedReadCommittedView:
+        """A read-only view whose reads all see one committed state, data and offset (one
+        LMDB read transaction until the view is closed). O(1)."""
+        return self.read_committed().snapshot()

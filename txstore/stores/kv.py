@@ -260,10 +260,8 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         O(1): opens one LMDB read transaction, held until the view is closed (an in-memory
         store copies its table of databases, the data itself copy-on-write).
         """
-        inner = self._inner
-        view = inner.read_committed() if isinstance(inner, BytesKeyValueStore) else inner
         return ReadOnlyKeyValueStore(
-            view.snapshot(), self.key_serde, self.codec, self.stored_format
+            self._inner.snapshot(), self.key_serde, self.codec, self.stored_format
         )
 
     @property

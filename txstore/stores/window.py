@@ -300,9 +300,7 @@ class TypedSegmentedStore(Generic[K, V]):
     def snapshot(self) -> Any:
         """A read-only view where every read sees one committed state (data and offset);
         close it soon, it pins LMDB pages."""
-        inner = self._inner
-        view = inner.read_committed() if inner is inner._store else inner
-        return self._view(view.snapshot())
+        return self._view(self._inner.snapshot())
 
     def close(self) -> None:
         """Close the store (a view: its iterators and snapshot); idempotent. A store's
