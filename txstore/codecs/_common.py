@@ -95,11 +95,25 @@ def _fail(code: int, what: str) -> SerializationError:
 
 
 def _as_bytes(name: str, value: object) -> bytes:
+    """``value`` as ``bytes``: any bytes-like object (Python's term: a buffer that can be read
+    as one C-contiguous run of bytes), taken as its bytes. A ``memoryview`` of an
+    ``array("q")`` is its 8 bytes per item, as ``len()`` of it (items) is not; a non-contiguous
+    view (``view[::2]``) is an :class:`~txstore.errors.InvalidTypeError`, as for ``b"".join``.
+    """
     if type(value) is bytes:
         return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
+    if isinstance(value, (bytes, bytearray)):
         return bytes(value)
-    raise InvalidTypeError(f"{name} must be bytes, got {type(value).__name__}")
+    try:
+        view = memoryview(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidTypeError(f"{name} must be bytes, got {type(value).__name__}") from None
+    if not view.c_contiguous:
+        raise InvalidTypeError(
+            f"{name} must be a contiguous bytes-like object, got a non-contiguous "
+            f"{type(value).__name__}"
+        )
+    return view.tobytes()
 
 
 def _check_long(name: str, value: object) -> int:

@@ -64,7 +64,10 @@ class BinaryColumn:
 
     def view(self) -> memoryview:
         """The items' bytes end to end (``offsets[-1]`` bytes), without a copy."""
-        return memoryview(self.data)[: self.offsets[-1]]
+        view = memoryview(self.data)
+        if view.itemsize != 1 or view.ndim != 1:  # slicing would count items, not bytes
+            view = view.cast("B")
+        return view[: self.offsets[-1]]
 
     def __repr__(self) -> str:
         return f"BinaryColumn({len(self)} items, {self.offsets[-1]} bytes)"

@@ -26,7 +26,7 @@ def record_to_value(
     """
     if value is None:
         return None
-    if fmt is _HEADERS:  # pack_value's HEADERS path, inlined
+    if fmt is _HEADERS and type(headers) is bytes:  # pack_value's HEADERS path, inlined
         try:
             n = len(headers)
             hsize = _LEN[n] if n < 64 else encode_varint(n)
@@ -59,7 +59,9 @@ def records_to_values(
     rows = zip(values, timestamps, headers, strict=True)
     pack_q, join, sizes = _pack_q, _join, _LEN
     try:
-        if fmt is _HEADERS:
+        # len(h) is the size of bytes headers only (of a memoryview it counts items): other
+        # types take the checked path, as in pack_value. Counting the types: ~10 ns a record.
+        if fmt is _HEADERS and list(map(type, headers)).count(bytes) == n:
             return [
                 None
                 if v is None

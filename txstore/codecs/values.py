@@ -131,6 +131,8 @@ def decode_varint(buf: bytes, offset: int = 0) -> tuple[int, int]:
     >>> decode_varint(bytes.fromhex("8101"))
     (-65, 2)
     """
+    if type(buf) is not bytes:  # indexing a memoryview or array gives items, not bytes
+        buf = _as_bytes("buf", buf)
     try:
         b = buf[offset]
         if b < 0x80:
@@ -263,16 +265,20 @@ def pack_value(fmt: ValueFormat, value: bytes, timestamp: int = -1, headers: byt
     >>> pack_value(ValueFormat.HEADERS, b"v", 100).hex()
     '00000000000000006476'
     """
+    # len(headers) is its size only for bytes: of a memoryview or an array it counts items
+    # (8 bytes each in an array("q")), so other headers types take the checked path.
     try:
         if fmt is _HEADERS:  # by identity: no comparison chain
-            n = len(headers)  # a size below 64 is one varint byte, inlined
-            hsize = _LEN[n] if n < 64 else encode_varint(n)
-            return _join((hsize, headers, _pack_q(timestamp), value))  # join checks the types
-        if fmt is _TIMESTAMPED:
+            if type(headers) is bytes:
+                n = len(headers)  # a size below 64 is one varint byte, inlined
+                hsize = _LEN[n] if n < 64 else encode_varint(n)
+                return _join((hsize, headers, _pack_q(timestamp), value))  # join checks types
+        elif fmt is _TIMESTAMPED:
             return _pack_q(timestamp) + value
-        if fmt is _PLAIN and type(value) is bytes:
-            return value
-        if fmt is _PLAIN_HEADERS:
+        elif fmt is _PLAIN:
+            if type(value) is bytes:
+                return value
+        elif fmt is _PLAIN_HEADERS and type(headers) is bytes:
             n = len(headers)
             hsize = _LEN[n] if n < 64 else encode_varint(n)
             return _join((hsize, headers, value))
@@ -301,29 +307,30 @@ def split_value(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | None, bytes]
     >>> split_value(ValueFormat.TIMESTAMPED, bytes.fromhex("00000000000003e8") + b"val")
     (b'val', 1000, b'')
     """
-    try:
-        if fmt is _HEADERS:
-            b = raw[0]
-            if type(raw) is bytes:
+    # Other types take the checked path, which converts them to bytes: indexing or slicing a
+    # memoryview or an array works on items, not bytes.
+    if type(raw) is bytes:
+        try:
+            if fmt is _HEADERS:
+                b = raw[0]
                 # unpack_from fails if the timestamp is cut short (or end is past the end)
                 if not b & 0x81:  # a one-byte headers size (< 64 bytes)
                     end = (b >> 1) + 1
                     return raw[end + 8 :], _unpack_q(raw, end)[0], raw[1:end]
                 end = _headers_end(raw)
                 return raw[end + 8 :], _unpack_q(raw, end)[0], raw[2:end]
-        elif fmt is _TIMESTAMPED:
-            if type(raw) is bytes:
+            if fmt is _TIMESTAMPED:
                 return raw[8:], _unpack_q(raw)[0], b""
-        elif fmt is _PLAIN_HEADERS:
-            b = raw[0]
-            if not b & 0x81 and type(raw) is bytes:
-                end = (b >> 1) + 1
-                if len(raw) >= end:
-                    return raw[end:], None, raw[1:end]
-        elif fmt is _PLAIN and type(raw) is bytes:
-            return raw, None, b""
-    except (IndexError, TypeError, struct.error):
-        pass
+            if fmt is _PLAIN_HEADERS:
+                b = raw[0]
+                if not b & 0x81:
+                    end = (b >> 1) + 1
+                    if len(raw) >= end:
+                        return raw[end:], None, raw[1:end]
+            elif fmt is _PLAIN:
+                return raw, None, b""
+        except (IndexError, struct.error):
+            pass
     return _split_value_checked(_format(fmt), raw)
 
 
@@ -479,13 +486,11 @@ def _timestamped_to_headers(raw: bytes | None) -> bytes | None:
 
 
 def _timestamped_to_plain_headers(raw: bytes | None) -> bytes | None:
-    if raw is None:
-        return None
-    try:
+    if type(raw) is bytes:  # raw[8:] of a memoryview or array would cut items, not bytes
         if len(raw) >= 8:
             return b"\x00" + raw[8:]
-    except TypeError:
-        pass
+    elif raw is None:
+        return None
     return _checked(raw, _TIMESTAMPED, _PLAIN_HEADERS)
 
 
