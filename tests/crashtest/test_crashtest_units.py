@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from txstore import Headers, ValueTimestampHeaders, crashtest
-from txstore.cli.crashtest import config_from_args, parse_sizes, replay_command
+from txstore.cli.crashtest import config_from_args, parse_sizes
 from txstore.cli.main import _build_parser, main
 from txstore.crashtest.common import POSITION_KEY, RunConfig, open_task
 from txstore.crashtest.driver import CrashtestConfig
 from txstore.crashtest.model import Check, Model, check_position, compare_store
 from txstore.crashtest.plan import FAULT_POINTS, RANDOM, make_plan, reachable_points
+from txstore.crashtest.replay import replay_command
 from txstore.crashtest.report import (
     CrashtestReport,
     KillRecord,

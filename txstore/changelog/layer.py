@@ -25,6 +25,7 @@ from typing import Any
 from txstore import codecs
 from txstore.changelog.api import Changelog
 from txstore.codecs import ValueFormat
+from txstore.errors import UnsupportedOperationError
 
 _I = struct.Struct(">i")
 _QI = struct.Struct(">qi")
@@ -58,6 +59,24 @@ class _ChangeLogging:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    def commit(self, changelog_offset: int) -> None:
+        """Refused: a change-logged store commits with its task, changelog first
+        (``Task.commit``); committing the store alone would record an offset its changelog
+        does not hold. Raises :class:`~txstore.errors.UnsupportedOperationError`."""
+        raise UnsupportedOperationError(
+            f"store {self.inner.name!r} writes to a changelog: commit it with "
+            "Task.commit(input_position), which commits the changelog first"
+        )
+
+    def recover(self, offset: int) -> bool:
+        """Refused: discarding a change-logged store's writes must discard its open changelog
+        transaction too (``Task.abort``). Raises
+        :class:`~txstore.errors.UnsupportedOperationError`."""
+        raise UnsupportedOperationError(
+            f"store {self.inner.name!r} writes to a changelog: discard its uncommitted writes "
+            "with Task.abort(), which also drops the changelog's open transaction"
+        )
 
     def _record(self, key: bytes, raw: bytes | None) -> tuple[bytes, bytes | None, int, bytes]:
         ctx = self.context

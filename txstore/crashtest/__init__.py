@@ -37,6 +37,7 @@ from txstore.crashtest.driver import (
     make_workdir,
     remove_workdir,
 )
+from txstore.crashtest.replay import replay_command
 from txstore.crashtest.report import CrashtestReport, Progress
 from txstore.crashtest.specs import StoreModel, StoreSpec
 from txstore.crashtest.workload import Rec, StandardWorkload, Workload
@@ -105,8 +106,6 @@ def run(config: CrashtestConfig | None = None, **overrides: Any) -> CrashtestRep
 
 
 def _describe_failure(report: CrashtestReport, config: CrashtestConfig, workdir: Path) -> None:
-    from txstore.cli.crashtest import replay_command
-
     failure = report.failure if report.failure is not None else {}
     whole_run = False
     if not failure:  # only the reader's summary found something

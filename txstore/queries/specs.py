@@ -12,7 +12,7 @@ from typing import Any
 
 from txstore.errors import InvalidArgumentError, InvalidTypeError, UnsupportedOperationError
 from txstore.queries.types import QueryableStoreTypes
-from txstore.stores.factories import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
+from txstore.stores.builders import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
 
 __all__ = ["Builder", "StoreSpec"]
 

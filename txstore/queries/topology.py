@@ -15,7 +15,7 @@ from typing import Any
 from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.runtime.catalog import stored_format
 from txstore.runtime.statedir import partition_dirs
-from txstore.stores.factories import (
+from txstore.stores.builders import (
     KeyValueStoreBuilder,
     KeyValueStoreSupplier,
     SessionBytesStoreSupplier,

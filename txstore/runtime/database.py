@@ -24,32 +24,33 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from txstore.bytestores.adapters import check_upgrade, find_adapter
-from txstore.bytestores.kv import BytesKeyValueStore
-from txstore.bytestores.schemas import SessionKeySchema, WindowKeySchema
-from txstore.bytestores.segments import SegmentedBytesStore
-from txstore.bytestores.upgrade import KV_DB_SUFFIX, UpgradingBytesKeyValueStore
 from txstore.codecs import ValueFormat
-from txstore.engine.base import PartitionBase
 from txstore.engine.partition import Partition
 from txstore.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     StoreClosedError,
+    UnsupportedOperationError,
 )
-from txstore.stores.factories import (
+from txstore.runtime.snapshot import Manifest, snapshot_partition
+from txstore.stores.assembly import (
+    AnyStore,
+    ChangelogSource,
+    StoreBuilder,
+    StoreStack,
+    assemble,
+    check_name_free,
+)
+from txstore.stores.builders import (
     KeyValueStoreBuilder,
     KeyValueStoreSupplier,
-    SessionBytesStoreSupplier,
     SessionStoreBuilder,
-    WindowBytesStoreSupplier,
     WindowStoreBuilder,
-    _session,
-    _window,
+    session_supplier,
+    window_supplier,
 )
-from txstore.stores.formats import value_codec
 from txstore.stores.kv import KeyValueStore
 from txstore.stores.serdes import Serde, Serdes
 from txstore.stores.session import SessionStore
@@ -60,105 +61,20 @@ __all__ = ["Database", "open"]
 K = TypeVar("K")
 V = TypeVar("V")
 
-#: Metadata format version of key-value stores written by this release.
-KV_FORMAT_VERSION = 1
-#: Metadata format version of window and session stores written by this release.
-SEGMENTED_FORMAT_VERSION = 1
-
-#: Metadata fields a store keeps for itself across upgrades (not part of a reopen's request).
-_INTERNAL = ("db", "legacy")
-
-# ``transactional`` is deliberately not in the metadata, so a reopen with the other value is
-# accepted, not a ConfigConflictError. Whether writes wait in the overlay until commit is a
-# choice of the process writing the store, not a property of its data: the committed bytes,
-# databases and offsets are the same either way, and Kafka Streams lets a store change it
-# between runs. Recording it would only say how the store was last opened (the Spark reader
-# also refuses metadata fields it does not know). What a crash of a write-through writer
-# leaves (writes past the committed offset) is there whatever the flag of the next open.
-
-
-def _register(
-    partition: PartitionBase, name: str, kind: str, meta: dict[str, Any]
-) -> dict[str, Any]:
-    """Register ``meta`` for ``name``, or check it against what is on disk.
-
-    Every field must match, except the value format: a later format of the same kind is an
-    upgrade (the metadata is rewritten, the data migrates lazily; see
-    :mod:`txstore.bytestores.upgrade` and :mod:`txstore.bytestores.segments`), an earlier one a
-    downgrade
-    (``ConfigConflictError``). Returns the metadata now recorded.
-    """
-    disk = partition.store_meta(name)
-    if disk is None:
-        return partition.register_store(name, meta)
-    fmt = disk.get("format")
-    if disk.get("kind") != kind or fmt not in ValueFormat.__members__:
-        return partition.register_store(name, meta)  # raises, naming the differences
-    asked = dict(meta, format=fmt)
-    asked.update({k: disk[k] for k in _INTERNAL if k in disk})
-    partition.register_store(name, asked)  # raises on any other difference
-    old, new = ValueFormat[str(fmt)], ValueFormat[meta["format"]]
-    if not check_upgrade(kind, name, old, new):
-        return disk
-    upgraded = dict(asked, format=new.name)
-    if kind == "key_value":
-        legacy = [[disk.get("db"), old.name], *disk.get("legacy", [])]
-        upgraded.update(db=KV_DB_SUFFIX[new], legacy=legacy)
-    return partition.update_store_meta(name, upgraded)
-
-
-def _prune_legacy(partition: PartitionBase, name: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """Drop the legacy tiers of an upgraded key-value store that are empty on disk."""
-    legacy = meta.get("legacy")
-    if not legacy or partition.readonly:
-        return meta
-    kept = [t for t in legacy if partition.count(partition.db_name(name, t[0])) > 0]
-    if kept == legacy:
-        return meta
-    return partition.update_store_meta(name, dict(meta, legacy=kept))
-
-
-def _segmented_meta(kind: str, supplier: Any, builder: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "kind": kind,
-        "format": supplier.format.name,
-        "retention": supplier.retention_period,
-        "segment_interval": supplier.segment_interval,
-        "key_serde": builder.key_serde.name,
-        "value_serde": builder.value_serde.name,
-        "format_version": SEGMENTED_FORMAT_VERSION,
-    }
-    if kind == "window":
-        meta["window_size"] = supplier.window_size
-        meta["retain_duplicates"] = supplier.retain_duplicates
-    return meta
-
-
-def _segmented_store(
-    name: str,
-    partition: PartitionBase | None,
-    kind: str,
-    supplier: WindowBytesStoreSupplier | SessionBytesStoreSupplier,
-    fmt: ValueFormat,
-) -> SegmentedBytesStore:
-    return SegmentedBytesStore(
-        name,
-        partition,
-        schema=WindowKeySchema() if kind == "window" else SessionKeySchema(),
-        retention=supplier.retention_period,
-        segment_interval=supplier.segment_interval,
-        fmt=fmt,
-        transactional=supplier.transactional,
-    )
-
 
 class Database:
     """One partition directory: its LMDB environment, its stores, and multi-store commits.
 
     Open with :func:`txstore.open` (parameters and errors there). Thread model: one thread
     writes (puts and commits); read-committed views may be read from any thread or process.
-    Every method but :meth:`close` and :meth:`store` raises
-    :class:`~txstore.errors.StoreClosedError` once the database is closed.
+    Every method but :meth:`close` raises :class:`~txstore.errors.StoreClosedError` once the
+    database is closed.
+
+    Every store is opened through :func:`~txstore.stores.assembly.assemble`, once: asking for
+    an open store again (``store(name)``) returns the same handle, and opening it a second time
+    is refused. With ``changelogs`` (what a :class:`~txstore.runtime.task.Task` passes), every
+    store opened here, whichever way, writes to its changelog, and commits go through the
+    task, never :meth:`commit`.
     """
 
     def __init__(
@@ -170,6 +86,7 @@ class Database:
         overlay_budget_bytes: int = 64 * 2**20,
         map_size: int | None = None,
         max_dbs: int | None = None,
+        changelogs: ChangelogSource | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {
             "readonly": readonly,
@@ -181,7 +98,8 @@ class Database:
         if max_dbs is not None:
             kwargs["max_dbs"] = max_dbs
         self.partition = Partition(path, **kwargs)
-        self._stores: dict[str, Any] = {}
+        self.changelogs = changelogs
+        self._stacks: dict[str, StoreStack] = {}
 
     @property
     def path(self) -> str:
@@ -197,129 +115,62 @@ class Database:
         if self.partition.closed:
             raise StoreClosedError(str(self.partition.path))
 
-    def _check_open_store(self, name: str, persistent: bool) -> None:
-        self._check_open()
-        if not persistent:
-            raise InvalidArgumentError(f"store {name!r} is in-memory; build it without a database")
-        existing = self._stores.get(name)
-        if existing is not None and existing.is_open:
-            raise InvalidArgumentError(f"store {name!r} is already open in this database")
-        for other in self.partition.store_names():
-            for owner, db in ((other, name), (name, other)):
-                rest = db[len(owner) + 1 :] if db.startswith(owner + ".") else None
-                if rest is not None and (rest.isdigit() or rest in KV_DB_SUFFIX.values()):
-                    raise InvalidArgumentError(
-                        f"store name {name!r} collides with a database of store {owner!r} "
-                        f"({db!r}: a segment or upgrade database); choose another name"
-                    )
+    def open_store(self, builder: StoreBuilder) -> AnyStore:
+        """Open (creating on first use) the store ``builder`` describes, of any kind.
 
-    def open_key_value_store(self, builder: KeyValueStoreBuilder[K, V]) -> KeyValueStore[K, V]:
-        """Open (creating on first use) the key-value store ``builder`` describes.
-
-        Reopening with other serdes than the ones on disk raises
+        Reopening with other serdes or configuration than the ones on disk raises
         :class:`~txstore.errors.ConfigConflictError`; with a later format (``PLAIN`` ->
         ``TIMESTAMPED`` -> ``HEADERS``) it upgrades the store lazily
-        (:mod:`txstore.bytestores.upgrade`);
-        with an earlier one it raises ``ConfigConflictError`` (downgrades are refused).
+        (:mod:`txstore.bytestores.upgrade`; window and session stores keep old segments in
+        their format); with an earlier one it raises ``ConfigConflictError`` (downgrades are
+        refused).
 
         Cost: a few short LMDB read transactions over the partition's metadata (the check
         that the name collides with no other store's databases is O(stores)), plus one LMDB
-        write transaction when the store is created or upgraded. Also raises
+        write transaction when the store is created or upgraded; a window or session store
+        also reads its segment registry, O(segments). Also raises
         :class:`~txstore.errors.InvalidArgumentError` for an in-memory supplier, a store
         already open here, a name that collides with another store's segment or upgrade
         databases, or a builder format older than the supplier's;
         :class:`~txstore.errors.ReadOnlyError` for a store that does not exist in a read-only
-        database.
+        database; whatever the changelog source raises (a running task refuses new stores
+        with :class:`~txstore.errors.InvalidStateStoreError`).
         """
+        self._check_open()
         supplier = builder.supplier
         name = supplier.name
-        self._check_open_store(name, supplier.persistent)
-        adapter = find_adapter("key_value", supplier.format, builder.format, name)
-        p = self.partition
-        meta = _register(
-            p,
-            name,
-            "key_value",
-            {
-                "kind": "key_value",
-                "format": supplier.format.name,
-                "key_serde": builder.key_serde.name,
-                "value_serde": builder.value_serde.name,
-                "format_version": KV_FORMAT_VERSION,
-            },
-        )
-        meta = _prune_legacy(p, name, meta)
-        inner: BytesKeyValueStore
-        if "db" in meta:
-            inner = UpgradingBytesKeyValueStore(
-                name,
-                p,
-                fmt=supplier.format,
-                data_suffix=meta["db"],
-                legacy=[(db, ValueFormat[f]) for db, f in meta.get("legacy", [])],
-                transactional=supplier.transactional,
+        if not supplier.persistent:
+            raise InvalidArgumentError(f"store {name!r} is in-memory; build it without a database")
+        existing = self._stacks.get(name)
+        if existing is not None and existing.store.is_open:
+            raise InvalidArgumentError(
+                f"store {name!r} is already open in this database; use db.store({name!r})"
             )
-        else:
-            inner = BytesKeyValueStore(name, p, transactional=supplier.transactional)
-        store: KeyValueStore[K, V] = KeyValueStore(
-            inner,
-            builder.key_serde,
-            value_codec(builder.format, builder.value_serde),
-            supplier.format if adapter is not None else builder.format,
-        )
-        self._stores[name] = store
-        return store
+        check_name_free(self.partition, name)
+        stack = assemble(builder, self.partition, self.changelogs)
+        self._stacks[name] = stack
+        return stack.store
+
+    def open_key_value_store(self, builder: KeyValueStoreBuilder[K, V]) -> KeyValueStore[K, V]:
+        """:meth:`open_store` for a key-value store builder (typed for it); same cost and
+        errors, plus :class:`~txstore.errors.InvalidTypeError` for another builder."""
+        if not isinstance(builder, KeyValueStoreBuilder):
+            raise InvalidTypeError("open_key_value_store needs a KeyValueStoreBuilder")
+        return cast(KeyValueStore[K, V], self.open_store(builder))
 
     def open_window_store(self, builder: WindowStoreBuilder[K, V]) -> WindowStore[K, V]:
-        """Open (creating on first use) the window store ``builder`` describes.
-
-        The metadata records kind, format, window size, retention, segment interval,
-        retain-duplicates and serdes; a reopen that contradicts it raises
-        :class:`~txstore.errors.ConfigConflictError`, except a later format, which upgrades
-        the store lazily (old segments keep their format) and an earlier one, refused.
-
-        Cost: as :meth:`open_key_value_store`, plus one read of the segment registry,
-        O(segments). Other errors as :meth:`open_key_value_store`.
-        """
-        supplier = builder.supplier
-        self._check_open_store(supplier.name, supplier.persistent)
-        adapter = find_adapter("window", supplier.format, builder.format, supplier.name)
-        meta = _segmented_meta("window", supplier, builder)
-        _register(self.partition, supplier.name, "window", meta)
-        inner = _segmented_store(supplier.name, self.partition, "window", supplier, supplier.format)
-        store: WindowStore[K, V] = WindowStore(
-            inner,
-            builder.key_serde,
-            value_codec(builder.format, builder.value_serde),
-            adapter,
-            supplier.window_size,
-            supplier.retain_duplicates,
-        )
-        self._stores[supplier.name] = store
-        return store
+        """:meth:`open_store` for a window store builder (typed for it); same cost and
+        errors, plus :class:`~txstore.errors.InvalidTypeError` for another builder."""
+        if not isinstance(builder, WindowStoreBuilder):
+            raise InvalidTypeError("open_window_store needs a WindowStoreBuilder")
+        return cast(WindowStore[K, V], self.open_store(builder))
 
     def open_session_store(self, builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
-        """Open (creating on first use) the session store ``builder`` describes (checks as
-        :meth:`open_window_store`).
-
-        Cost and errors as :meth:`open_window_store`.
-        """
-        supplier = builder.supplier
-        self._check_open_store(supplier.name, supplier.persistent)
-        adapter = find_adapter("session", supplier.format, builder.format, supplier.name)
-        meta = _segmented_meta("session", supplier, builder)
-        _register(self.partition, supplier.name, "session", meta)
-        inner = _segmented_store(
-            supplier.name, self.partition, "session", supplier, supplier.format
-        )
-        store: SessionStore[K, V] = SessionStore(
-            inner,
-            builder.key_serde,
-            value_codec(builder.format, builder.value_serde, session=True),
-            adapter,
-        )
-        self._stores[supplier.name] = store
-        return store
+        """:meth:`open_store` for a session store builder (typed for it); same cost and
+        errors, plus :class:`~txstore.errors.InvalidTypeError` for another builder."""
+        if not isinstance(builder, SessionStoreBuilder):
+            raise InvalidTypeError("open_session_store needs a SessionStoreBuilder")
+        return cast(SessionStore[K, V], self.open_store(builder))
 
     def key_value_store(
         self,
@@ -378,7 +229,7 @@ class Database:
         :class:`~txstore.stores.factories.Stores`): a window size above the retention raises
         :class:`~txstore.errors.InvalidArgumentError`.
         """
-        supplier = _window(
+        supplier = window_supplier(
             name, retention, window_size, retain_duplicates, True, format, transactional
         )
         builder: WindowStoreBuilder[K, Any] = WindowStoreBuilder(
@@ -405,7 +256,7 @@ class Database:
         Costs and errors as :meth:`open_window_store`; another format raises
         :class:`~txstore.errors.InvalidArgumentError`.
         """
-        supplier = _session(name, retention, True, format, transactional)
+        supplier = session_supplier(name, retention, True, format, transactional)
         builder: SessionStoreBuilder[K, Any] = SessionStoreBuilder(
             supplier,
             key_serde if key_serde is not None else Serdes.bytes(),  # type: ignore[arg-type]
@@ -415,17 +266,25 @@ class Database:
         return self.open_session_store(builder)
 
     def store(self, name: str) -> Any:
-        """A store opened earlier through this database (possibly closed since).
+        """The handle of store ``name`` opened earlier through this database (the same object
+        every time; possibly closed since).
 
         O(1), a dict lookup. Raises :class:`~txstore.errors.InvalidArgumentError` for a name
-        not opened through this database.
+        not opened through this database, :class:`~txstore.errors.StoreClosedError` once the
+        database is closed.
         """
+        self._check_open()
         try:
-            return self._stores[name]
+            return self._stacks[name].store
         except KeyError:
             raise InvalidArgumentError(
                 f"no store {name!r} is open in this database; open it with a builder first"
             ) from None
+
+    def stacks(self) -> list[StoreStack]:
+        """The layers of every store opened through this database, in the order they were
+        opened (what a task commits and restores). O(stores)."""
+        return list(self._stacks.values())
 
     def store_names(self) -> list[str]:
         """Names of every store recorded in this partition, open or not, sorted.
@@ -460,11 +319,16 @@ class Database:
         refused: 5 5
         """
         self._check_open()
+        if self.changelogs is not None:
+            raise UnsupportedOperationError(
+                f"the stores of {self.path} write to changelogs: commit them with "
+                "Task.commit(input_position), which commits the changelogs first"
+            )
         if not isinstance(offsets, Mapping):
             raise InvalidTypeError("offsets must be a mapping of store name to offset")
         self.partition.commit_stores(dict(offsets))
 
-    def snapshot(self, dest: str | os.PathLike[str]) -> Any:
+    def snapshot(self, dest: str | os.PathLike[str]) -> Manifest:
         """Copy this partition's committed state into the new directory ``dest``: LMDB's
         compacting copy taken in one read transaction, plus ``manifest.json`` with the stores,
         configurations and committed offsets of exactly that copy. Writers may keep running.
@@ -473,8 +337,7 @@ class Database:
         Raises :class:`~txstore.errors.InvalidArgumentError` if ``dest`` exists and is not an
         empty directory.
         """
-        from txstore.runtime.snapshot import snapshot_partition
-
+        self._check_open()
         return snapshot_partition(self.partition, dest)
 
     def close(self) -> None:
@@ -482,8 +345,8 @@ class Database:
 
         O(open stores + their open iterators + staged writes); nothing is written.
         """
-        for store in self._stores.values():
-            store.close()
+        for stack in self._stacks.values():
+            stack.store.close()
         self.partition.close()
 
     def __enter__(self) -> Database:
@@ -533,35 +396,3 @@ def open(
         map_size=map_size,
         max_dbs=max_dbs,
     )
-
-
-def in_memory_key_value_store(builder: KeyValueStoreBuilder[K, V]) -> KeyValueStore[K, V]:
-    """Build an in-memory key-value store (no files; its data is lost on close).
-
-    Like Kafka's in-memory stores it is format-agnostic: it keeps its values in the builder's
-    format, whatever the supplier's (no adapter, nothing dropped). O(1); ``builder.build()``
-    calls it.
-    """
-    supplier = builder.supplier
-    inner = BytesKeyValueStore(supplier.name, None, transactional=supplier.transactional)
-    return KeyValueStore(
-        inner, builder.key_serde, value_codec(builder.format, builder.value_serde), builder.format
-    )
-
-
-def in_memory_window_store(builder: WindowStoreBuilder[K, V]) -> WindowStore[K, V]:
-    """Build an in-memory window store (format-agnostic, see
-    :func:`in_memory_key_value_store`; Kafka's in-memory expiry rules). O(1)."""
-    s = builder.supplier
-    inner = _segmented_store(s.name, None, "window", s, builder.format)
-    codec = value_codec(builder.format, builder.value_serde)
-    return WindowStore(inner, builder.key_serde, codec, None, s.window_size, s.retain_duplicates)
-
-
-def in_memory_session_store(builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
-    """Build an in-memory session store (format-agnostic; Kafka's in-memory expiry rules and
-    the time-only ``find_sessions``). O(1)."""
-    s = builder.supplier
-    inner = _segmented_store(s.name, None, "session", s, builder.format)
-    codec = value_codec(builder.format, builder.value_serde, session=True)
-    return SessionStore(inner, builder.key_serde, codec, None)

@@ -49,8 +49,6 @@ from typing import Any, TypeVar
 
 from txstore import codecs, faults
 from txstore.changelog.layer import (
-    ChangeLoggingKeyValueBytesStore,
-    ChangeLoggingSegmentedBytesStore,
     RecordContext,
 )
 from txstore.changelog.log import CleanupPolicy, FileChangelog
@@ -62,7 +60,8 @@ from txstore.errors import (
     StoreClosedError,
 )
 from txstore.runtime.database import Database
-from txstore.stores.factories import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
+from txstore.stores.assembly import StoreKind, StoreStack
+from txstore.stores.builders import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
 from txstore.stores.kv import KeyValueStore
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore
@@ -109,14 +108,21 @@ class RestoreReport:
     seconds: float = 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Entry:
+    """A store of the task, as the lifecycle sees it: its layers under the typed store."""
+
     name: str
-    kind: str
+    kind: StoreKind
     format: ValueFormat
     raw: Any  # the bytes store, unlogged (restore writes here)
     log: FileChangelog
-    typed: Any
+
+    @classmethod
+    def of(cls, stack: StoreStack) -> _Entry:
+        log = stack.changelog
+        assert isinstance(log, FileChangelog), "a task's stores are opened with changelogs"
+        return cls(stack.name, stack.kind, stack.stored_format, stack.bytes_store, log)
 
 
 def _commit_metadata(seq: int, stores: list[str]) -> bytes:
@@ -168,23 +174,38 @@ class Task:
         self.path = Path(path)
         self.sync = sync
         self._restore_bytes = max(1, overlay_budget_bytes // 2)
-        self.db = Database(self.path, sync=sync, overlay_budget_bytes=overlay_budget_bytes)
         self.context = RecordContext()
         self._changelog_options = dict(changelog_options or {})
-        self._entries: dict[str, _Entry] = {}
         self._state = "created"
         self._seq = 0
         self._input_position: int | None = None
         self._commits = 0
+        self.db = Database(
+            self.path, sync=sync, overlay_budget_bytes=overlay_budget_bytes, changelogs=self
+        )
 
     # ---- stores ---------------------------------------------------------------------------
 
-    def _changelog(self, name: str, policy: CleanupPolicy) -> FileChangelog:
+    def changelog_for(
+        self, name: str, kind: StoreKind, retention_period: int | None
+    ) -> FileChangelog:
+        """The changelog of store ``name`` in ``<path>/changelog/<name>/``: compacted for a
+        key-value store, compacted and deleted after the store's retention plus
+        :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
+
+        Called by :func:`~txstore.stores.assembly.assemble` for every store opened in
+        :attr:`db`, whichever way. Raises :class:`~txstore.errors.InvalidStateStoreError`
+        once the task is initialized (stores are added before :meth:`initialize`).
+        """
+        self._check_created()
+        options: dict[str, Any] = {}
+        policy = CleanupPolicy.COMPACT
+        if kind != "key_value" and retention_period is not None:
+            policy = CleanupPolicy.COMPACT_DELETE
+            options["retention_ms"] = retention_period + CHANGELOG_ADDITIONAL_RETENTION_MS
+        options.update(self._changelog_options)
         return FileChangelog(
-            self.path / "changelog" / name,
-            cleanup_policy=policy,
-            fsync=self.sync,
-            **self._changelog_options,
+            self.path / "changelog" / name, cleanup_policy=policy, fsync=self.sync, **options
         )
 
     def _check_created(self) -> None:
@@ -195,62 +216,38 @@ class Task:
 
     def key_value_store(self, builder: KeyValueStoreBuilder[K, V]) -> KeyValueStore[K, V]:
         """Open a key-value store of this task with a change-logging layer and its changelog
-        (``cleanup.policy=compact``). Call before :meth:`initialize`."""
+        (``cleanup.policy=compact``). Call before :meth:`initialize`. The same as
+        ``builder.build(task.db)``; errors as :meth:`txstore.runtime.Database.open_store`."""
         self._check_created()
-        opened = self.db.open_key_value_store(builder)
-        log = self._changelog(builder.name, CleanupPolicy.COMPACT)
-        raw = opened._inner
-        logged = ChangeLoggingKeyValueBytesStore(raw, log, opened.stored_format, self.context)
-        typed: KeyValueStore[K, V] = KeyValueStore(
-            logged, opened.key_serde, opened.codec, opened.stored_format
-        )
-        self._entries[builder.name] = _Entry(
-            builder.name, "key_value", opened.stored_format, raw, log, typed
-        )
-        return typed
+        return self.db.open_key_value_store(builder)
 
     def window_store(self, builder: WindowStoreBuilder[K, V]) -> WindowStore[K, V]:
         """Open a window store of this task with a change-logging layer and its changelog
         (``cleanup.policy=compact,delete``, retention = the store's retention plus
         :data:`CHANGELOG_ADDITIONAL_RETENTION_MS`). Call before :meth:`initialize`."""
         self._check_created()
-        store = self.db.open_window_store(builder)
-        self._add_segmented(builder.name, "window", store, builder.supplier.retention_period)
-        return store
+        return self.db.open_window_store(builder)
 
     def session_store(self, builder: SessionStoreBuilder[K, V]) -> SessionStore[K, V]:
         """Open a session store of this task with a change-logging layer and its changelog
         (as :meth:`window_store`). Call before :meth:`initialize`."""
         self._check_created()
-        store = self.db.open_session_store(builder)
-        self._add_segmented(builder.name, "session", store, builder.supplier.retention_period)
-        return store
+        return self.db.open_session_store(builder)
 
-    def _add_segmented(self, name: str, kind: str, store: Any, retention: int) -> None:
-        raw = store._inner
-        options: dict[str, Any] = {"retention_ms": retention + CHANGELOG_ADDITIONAL_RETENTION_MS}
-        options.update(self._changelog_options)
-        log = FileChangelog(
-            self.path / "changelog" / name,
-            cleanup_policy=CleanupPolicy.COMPACT_DELETE,
-            fsync=self.sync,
-            **options,
-        )
-        fmt = ValueFormat(raw.format)
-        retain = bool(getattr(store, "retain_duplicates", False))  # window stores only
-        store._inner = ChangeLoggingSegmentedBytesStore(raw, log, fmt, self.context, retain)
-        self._entries[name] = _Entry(name, kind, fmt, raw, log, store)
+    @property
+    def _entries(self) -> dict[str, _Entry]:
+        return {s.name: _Entry.of(s) for s in self.db.stacks()}
 
     def store(self, name: str) -> Any:
-        """A store of this task by name."""
-        try:
-            return self._entries[name].typed
-        except KeyError:
-            raise InvalidArgumentError(f"task {self.path} has no store {name!r}") from None
+        """A store of this task by name: the handle its opening returned (``db.store``)."""
+        if name not in self.store_names:
+            raise InvalidArgumentError(f"task {self.path} has no store {name!r}")
+        return self.db.store(name)
 
     @property
     def store_names(self) -> list[str]:
-        return sorted(self._entries)
+        """The names of the task's stores, sorted."""
+        return sorted(s.name for s in self.db.stacks())
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -385,7 +382,7 @@ class Task:
             if i < len(entries) - 1:
                 faults.point("task.between_changelog_commits")
         faults.point("task.after_changelog_commit")
-        self.db.commit({e.name: e.log.committed_end_offset for e in entries})
+        self.db.partition.commit_stores({e.name: e.log.committed_end_offset for e in entries})
         faults.point("task.after_store_commit")
         self._seq = seq
         self._input_position = input_position
@@ -435,8 +432,9 @@ class Task:
         if self._state == "closed":
             return
         self._state = "closed"
-        for entry in self._entries.values():
-            entry.log.close()
+        for stack in self.db.stacks():
+            if stack.changelog is not None:
+                stack.changelog.close()
         self.db.close()
 
     def __enter__(self) -> Task:

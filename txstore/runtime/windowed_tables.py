@@ -78,10 +78,7 @@ from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
 from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
 from txstore.runtime.database import Database
-from txstore.stores.factories import (
-    SessionStoreBuilder,
-    WindowStoreBuilder,
-)
+from txstore.stores.builders import SessionStoreBuilder, WindowStoreBuilder
 from txstore.stores.materialized import Materialized, session_builder, window_builder
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore

@@ -5,15 +5,15 @@ store's stack of layers (:mod:`txstore.stores.assembly`).
 May import: ``txstore.changelog``, ``txstore.bytestores`` and below.
 """
 
-from txstore.stores.factories import (
+from txstore.stores.builders import (
     KeyValueStoreBuilder,
     KeyValueStoreSupplier,
     SessionBytesStoreSupplier,
     SessionStoreBuilder,
-    Stores,
     WindowBytesStoreSupplier,
     WindowStoreBuilder,
 )
+from txstore.stores.factories import Stores
 
 __all__ = [
     "KeyValueStoreBuilder",

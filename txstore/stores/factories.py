@@ -9,9 +9,8 @@ Key-value, window and session stores each have their suppliers and builders, wit
 (``persistent_timestamped_window_store``, ``session_store_builder``...). Durations are ``int``
 milliseconds or ``datetime.timedelta`` (Java's ``long`` and ``Duration`` overloads). A builder
 of a richer format over a persistent supplier of an older one wraps it in the matching adapter
-(:mod:`txstore.bytestores.adapters`); in-memory suppliers, like Kafka's, keep whatever format their
-builder
-uses. See ``docs/stores.md`` for the full mapping.
+(:mod:`txstore.bytestores.adapters`); in-memory suppliers, like Kafka's, keep whatever format
+their builder uses. See ``docs/stores.md`` for the full mapping.
 
 >>> import tempfile, txstore
 >>> from txstore import Serdes, ValueAndTimestamp
@@ -28,29 +27,25 @@ ValueAndTimestamp(value=3, timestamp=1000)
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from txstore.bytestores.adapters import check_format
 from txstore.codecs import ValueFormat
-from txstore.errors import InvalidArgumentError, InvalidTypeError
+from txstore.stores.builders import (
+    KeyValueStoreBuilder,
+    KeyValueStoreSupplier,
+    SessionBytesStoreSupplier,
+    SessionStoreBuilder,
+    WindowBytesStoreSupplier,
+    WindowStoreBuilder,
+    session_supplier,
+    window_supplier,
+)
 from txstore.stores.serdes import Serde
 
-if TYPE_CHECKING:
-    from txstore.runtime.database import Database
-    from txstore.stores.kv import KeyValueStore
-    from txstore.stores.session import SessionStore
-    from txstore.stores.window import WindowStore
+__all__ = ["Stores"]
 
-__all__ = [
-    "KeyValueStoreBuilder",
-    "KeyValueStoreSupplier",
-    "SessionBytesStoreSupplier",
-    "SessionStoreBuilder",
-    "Stores",
-    "WindowBytesStoreSupplier",
-    "WindowStoreBuilder",
-]
+K = TypeVar("K")
+V = TypeVar("V")
 
 PLAIN, TIMESTAMPED, HEADERS, PLAIN_HEADERS = (
     ValueFormat.PLAIN,
@@ -58,302 +53,6 @@ PLAIN, TIMESTAMPED, HEADERS, PLAIN_HEADERS = (
     ValueFormat.HEADERS,
     ValueFormat.PLAIN_HEADERS,
 )
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-def _check_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise InvalidTypeError(f"store name must be a str, got {type(name).__name__}")
-    if not name:
-        raise InvalidArgumentError("store name cannot be empty")
-    return name
-
-
-def _check_serdes(key_serde: object, value_serde: object) -> None:
-    for label, serde in (("key", key_serde), ("value", value_serde)):
-        if not isinstance(serde, Serde):
-            raise InvalidTypeError(
-                f"{label} serde must have name, serialize() and deserialize(); "
-                f"got {type(serde).__name__}"
-            )
-
-
-def _millis(value: object, what: str) -> int:
-    """Milliseconds of an ``int`` or a ``timedelta`` (Kafka's long and Duration overloads)."""
-    if value is None:
-        raise InvalidArgumentError(f"{what} cannot be null")
-    if isinstance(value, _dt.timedelta):
-        return value // _dt.timedelta(milliseconds=1)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"{what} must be an int (ms) or a timedelta")
-    return value
-
-
-@dataclass(frozen=True)
-class WindowBytesStoreSupplier:
-    """Where a window store's bytes live, their format, retention and segments.
-
-    Validated as Kafka's ``Stores`` does: no negative retention or window size, and a
-    retention no smaller than the window size. ``segment_interval`` defaults (in the
-    factories) to ``max(retention // 2, 60000)``. Create one with the ``Stores`` window
-    factories; construction is O(1) and raises
-    :class:`~txstore.errors.InvalidArgumentError` (bad name, format, duration or interval) or
-    :class:`~txstore.errors.InvalidTypeError` (a flag that is not a ``bool``).
-    """
-
-    name: str
-    persistent: bool
-    format: ValueFormat
-    retention_period: int
-    window_size: int
-    retain_duplicates: bool
-    segment_interval: int
-    transactional: bool = True
-
-    def __post_init__(self) -> None:
-        _check_name(self.name)
-        check_format("window", self.format, self.name)
-        if self.retention_period < 0:
-            raise InvalidArgumentError("retentionPeriod cannot be negative")
-        if self.window_size < 0:
-            raise InvalidArgumentError("windowSize cannot be negative")
-        if self.segment_interval < 1:
-            raise InvalidArgumentError("segmentInterval cannot be zero or negative")
-        if self.window_size > self.retention_period:
-            raise InvalidArgumentError(
-                f"The retention period of the window store {self.name} must be no smaller "
-                f"than its window size. Got size=[{self.window_size}], "
-                f"retention=[{self.retention_period}]"
-            )
-        for label in ("retain_duplicates", "transactional", "persistent"):
-            if not isinstance(getattr(self, label), bool):
-                raise InvalidTypeError(f"{label} must be a bool")
-
-
-@dataclass(frozen=True)
-class SessionBytesStoreSupplier:
-    """Where a session store's bytes live, their format, retention and segments.
-
-    Create one with the ``Stores`` session factories; construction is O(1) and raises
-    :class:`~txstore.errors.InvalidArgumentError` (bad name, format, retention or interval) or
-    :class:`~txstore.errors.InvalidTypeError` (a flag that is not a ``bool``).
-    """
-
-    name: str
-    persistent: bool
-    format: ValueFormat
-    retention_period: int
-    segment_interval: int
-    transactional: bool = True
-
-    def __post_init__(self) -> None:
-        _check_name(self.name)
-        check_format("session", self.format, self.name)
-        if self.retention_period < 0:
-            raise InvalidArgumentError("retentionPeriod cannot be negative")
-        if self.segment_interval < 1:
-            raise InvalidArgumentError("segmentInterval cannot be zero or negative")
-        for label in ("transactional", "persistent"):
-            if not isinstance(getattr(self, label), bool):
-                raise InvalidTypeError(f"{label} must be a bool")
-
-
-def _window(
-    name: str,
-    retention: int | _dt.timedelta,
-    window_size: int | _dt.timedelta,
-    retain_duplicates: bool,
-    persistent: bool,
-    fmt: ValueFormat,
-    transactional: bool,
-) -> WindowBytesStoreSupplier:
-    _check_name(name)
-    r = _millis(retention, "retentionPeriod")
-    w = _millis(window_size, "windowSize")
-    return WindowBytesStoreSupplier(
-        name, persistent, fmt, r, w, retain_duplicates, max(r // 2, 60_000), transactional
-    )
-
-
-def _session(
-    name: str, retention: int | _dt.timedelta, persistent: bool, fmt: ValueFormat, tx: bool
-) -> SessionBytesStoreSupplier:
-    _check_name(name)
-    r = _millis(retention, "retentionPeriod")
-    return SessionBytesStoreSupplier(name, persistent, fmt, r, max(r // 2, 60_000), tx)
-
-
-@dataclass(frozen=True)
-class WindowStoreBuilder(Generic[K, V]):
-    """A window supplier plus serdes and the format the store is used in.
-
-    Create one with :meth:`Stores.window_store_builder` (or its timestamped and headers
-    variants); ``build(db)`` opens the store.
-    """
-
-    supplier: WindowBytesStoreSupplier
-    key_serde: Serde[K]
-    value_serde: Serde[Any]
-    format: ValueFormat
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.supplier, WindowBytesStoreSupplier):
-            raise InvalidTypeError("a window store builder needs a WindowBytesStoreSupplier")
-        _check_serdes(self.key_serde, self.value_serde)
-
-    @property
-    def name(self) -> str:
-        """The store's name (the supplier's). O(1)."""
-        return self.supplier.name
-
-    def build(self, db: Database | None = None) -> WindowStore[K, V]:
-        """Open the window store in ``db`` (in-memory stores need no database).
-
-        Persistent: a few LMDB read transactions over the partition's metadata (O(stores) for
-        the name check) and the segment registry (O(segments)), plus one LMDB write
-        transaction on first open or a format upgrade; in-memory: O(1).
-        Raises :class:`~txstore.errors.InvalidArgumentError` for a persistent store without a
-        database, an in-memory one with a database, a store already open in ``db``, a name
-        that collides with another store's databases or a format downgrade;
-        :class:`~txstore.errors.ConfigConflictError` if the configuration on disk differs
-        (serdes, retention...); :class:`~txstore.errors.StoreClosedError` if ``db`` is closed.
-        """
-        if db is None:
-            if self.supplier.persistent:
-                raise InvalidArgumentError(
-                    f"persistent store {self.name!r} needs a database: build(txstore.open(path))"
-                )
-            from txstore.runtime.database import in_memory_window_store
-
-            return in_memory_window_store(self)
-        return db.open_window_store(self)
-
-
-@dataclass(frozen=True)
-class SessionStoreBuilder(Generic[K, V]):
-    """A session supplier plus serdes and the format the store is used in.
-
-    Create one with :meth:`Stores.session_store_builder` (or
-    :meth:`Stores.session_store_with_headers_builder`); ``build(db)`` opens the store.
-    """
-
-    supplier: SessionBytesStoreSupplier
-    key_serde: Serde[K]
-    value_serde: Serde[Any]
-    format: ValueFormat
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.supplier, SessionBytesStoreSupplier):
-            raise InvalidTypeError("a session store builder needs a SessionBytesStoreSupplier")
-        _check_serdes(self.key_serde, self.value_serde)
-
-    @property
-    def name(self) -> str:
-        """The store's name (the supplier's). O(1)."""
-        return self.supplier.name
-
-    def build(self, db: Database | None = None) -> SessionStore[K, V]:
-        """Open the session store in ``db`` (in-memory stores need no database).
-
-        Persistent: a few LMDB read transactions over the partition's metadata (O(stores) for
-        the name check) and the segment registry (O(segments)), plus one LMDB write
-        transaction on first open or a format upgrade; in-memory: O(1).
-        Raises :class:`~txstore.errors.InvalidArgumentError` for a persistent store without a
-        database, an in-memory one with a database, a store already open in ``db``, a name
-        that collides with another store's databases or a format downgrade;
-        :class:`~txstore.errors.ConfigConflictError` if the configuration on disk differs
-        (serdes, retention...); :class:`~txstore.errors.StoreClosedError` if ``db`` is closed.
-        """
-        if db is None:
-            if self.supplier.persistent:
-                raise InvalidArgumentError(
-                    f"persistent store {self.name!r} needs a database: build(txstore.open(path))"
-                )
-            from txstore.runtime.database import in_memory_session_store
-
-            return in_memory_session_store(self)
-        return db.open_session_store(self)
-
-
-@dataclass(frozen=True)
-class KeyValueStoreSupplier:
-    """Where a key-value store's bytes live and their format.
-
-    Create one with the ``Stores`` key-value factories; construction is O(1) and raises
-    :class:`~txstore.errors.InvalidTypeError` or :class:`~txstore.errors.InvalidArgumentError`
-    for a bad name or a non-``bool`` ``transactional``.
-    """
-
-    name: str
-    persistent: bool
-    format: ValueFormat
-    transactional: bool = True
-
-    def __post_init__(self) -> None:
-        _check_name(self.name)
-        if not isinstance(self.transactional, bool):
-            raise InvalidTypeError("transactional must be a bool")
-
-
-@dataclass(frozen=True)
-class KeyValueStoreBuilder(Generic[K, V]):
-    """A supplier plus serdes and the format the store is used in; ``build()`` opens it.
-
-    Create one with :meth:`Stores.key_value_store_builder` (or its timestamped and headers
-    variants).
-    """
-
-    supplier: KeyValueStoreSupplier
-    key_serde: Serde[K]
-    value_serde: Serde[Any]
-    format: ValueFormat
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.supplier, KeyValueStoreSupplier):
-            raise InvalidTypeError("a key-value store builder needs a KeyValueStoreSupplier")
-        _check_serdes(self.key_serde, self.value_serde)
-
-    @property
-    def name(self) -> str:
-        """The store's name (the supplier's). O(1)."""
-        return self.supplier.name
-
-    def build(self, db: Database | None = None) -> KeyValueStore[K, V]:
-        """Open the key-value store in ``db`` (in-memory stores need no database).
-
-        Persistent: a few LMDB read transactions over the partition's metadata (O(stores) for
-        the name check), plus one LMDB write transaction on first open or a format upgrade;
-        in-memory: O(1).
-        Raises :class:`~txstore.errors.InvalidArgumentError` for a persistent store without a
-        database, an in-memory one with a database, a store already open in ``db``, a name
-        that collides with another store's databases or a format downgrade;
-        :class:`~txstore.errors.ConfigConflictError` if the configuration on disk differs
-        (serdes, retention...); :class:`~txstore.errors.StoreClosedError` if ``db`` is closed.
-
-        >>> from txstore import Serdes
-        >>> cache = Stores.key_value_store_builder(
-        ...     Stores.in_memory_key_value_store("cache"), Serdes.string(), Serdes.long())
-        >>> with cache.build() as store:
-        ...     store.put("a", 1)
-        ...     store.get("a")
-        1
-        >>> Stores.key_value_store_builder(
-        ...     Stores.persistent_key_value_store("kept"), Serdes.string(), Serdes.long()).build()
-        Traceback (most recent call last):
-        ...
-        txstore.errors.InvalidArgumentError: persistent store 'kept' needs a database: ...
-        """
-        if db is None:
-            if self.supplier.persistent:
-                raise InvalidArgumentError(
-                    f"persistent store {self.name!r} needs a database: build(txstore.open(path))"
-                )
-            from txstore.runtime.database import in_memory_key_value_store
-
-            return in_memory_key_value_store(self)
-        return db.open_key_value_store(self)
 
 
 class Stores:
@@ -492,7 +191,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name, retention_period, window_size, retain_duplicates, True, PLAIN, transactional
         )
 
@@ -509,7 +208,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name, retention_period, window_size, retain_duplicates, True, TIMESTAMPED, transactional
         )
 
@@ -526,7 +225,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name, retention_period, window_size, retain_duplicates, True, HEADERS, transactional
         )
 
@@ -544,7 +243,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name,
             retention_period,
             window_size,
@@ -568,7 +267,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name, retention_period, window_size, retain_duplicates, False, PLAIN, transactional
         )
 
@@ -585,7 +284,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name,
             retention_period,
             window_size,
@@ -608,7 +307,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name, retention_period, window_size, retain_duplicates, False, HEADERS, transactional
         )
 
@@ -625,7 +324,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _window(
+        return window_supplier(
             name,
             retention_period,
             window_size,
@@ -685,7 +384,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _session(name, retention_period, True, PLAIN, transactional)
+        return session_supplier(name, retention_period, True, PLAIN, transactional)
 
     @staticmethod
     def persistent_session_store_with_headers(
@@ -695,7 +394,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _session(name, retention_period, True, PLAIN_HEADERS, transactional)
+        return session_supplier(name, retention_period, True, PLAIN_HEADERS, transactional)
 
     @staticmethod
     def in_memory_session_store(
@@ -705,7 +404,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _session(name, retention_period, False, PLAIN, transactional)
+        return session_supplier(name, retention_period, False, PLAIN, transactional)
 
     @staticmethod
     def in_memory_session_store_with_headers(
@@ -715,7 +414,7 @@ class Stores:
 
         O(1), no I/O; bad arguments raise as listed under :class:`Stores`.
         """
-        return _session(name, retention_period, False, PLAIN_HEADERS, transactional)
+        return session_supplier(name, retention_period, False, PLAIN_HEADERS, transactional)
 
     @staticmethod
     def session_store_builder(

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from txstore.codecs import ValueFormat
 from txstore.errors import InvalidArgumentError, InvalidTypeError
-from txstore.stores.factories import (
+from txstore.stores.builders import (
     SessionBytesStoreSupplier,
     SessionStoreBuilder,
     WindowBytesStoreSupplier,
