@@ -204,8 +204,8 @@ def test_composite_reads_every_local_partition(app: Application) -> None:
             keys = [kv.key for kv in it]
         assert keys and all(app.partition_for_key("counts", k) == p for k in keys)
     # Kafka's way: every partition asked in turn
-    app.route_keys = False
-    app._gen = next(app._gen_counter)
+    app.route_keys = False  # applies to the composite store already handed out
+    assert not app.route_keys
     assert [store.get(k) for k in KEYS[:20]] == list(range(20))
 
 

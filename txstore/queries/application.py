@@ -171,8 +171,20 @@ class Application(PartitionHosting):
         self.source_topic = source_topic or application_id
         self._partitioner = partitioner
         self._route = partitioner if partitioner is not None else default_route
-        self.route_keys = bool(route_keys)
+        self._route_keys = bool(route_keys)
         self._thread: threading.Thread | None = None
+
+    @property
+    def route_keys(self) -> bool:
+        """Whether composite ``get`` reads only the key's partition (else every local one in
+        turn, as Kafka does). Setting it applies to composite stores already handed out."""
+        return self._route_keys
+
+    @route_keys.setter
+    def route_keys(self, value: bool) -> None:
+        with self._state_lock:
+            self._route_keys = bool(value)
+            self._gen = next(self._gen_counter)  # composite stores resolve their readers again
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -355,8 +367,17 @@ class Application(PartitionHosting):
 
         return composite_for(kind, params, self, spec.key_serde)
 
-    def _resolve(self, params: StoreQueryParameters) -> tuple[int, Resolved]:
-        """The readers ``params`` may use now (Kafka's ``WrappingStoreProvider.stores``)."""
+    def resolve_readers(self, params: StoreQueryParameters) -> tuple[int, Resolved]:
+        """The readers ``params`` may use now (Kafka's ``WrappingStoreProvider.stores``), with
+        the :attr:`generation` they were resolved at: what a composite store from
+        :meth:`store` calls when the generation it holds is out of date.
+
+        O(P log P) for P hosted partitions, no I/O. Raises the errors the composite stores'
+        operations raise (:meth:`store`): :class:`~txstore.errors.StreamsRebalancingError`
+        while the processing side is restoring, :class:`~txstore.errors.InvalidStateStoreError`
+        when ``params``' store type does not accept the store,
+        :class:`~txstore.errors.StateStoreMigratedError` when no partition can be read.
+        """
         gen = self._gen
         name = params.store_name
         qtype = params.queryable_store_type
@@ -397,7 +418,7 @@ class Application(PartitionHosting):
         by_partition: dict[int, StoreReader] = {}
         for r in readers:
             by_partition.setdefault(r.partition, r)  # the active one wins over a standby
-        route = self._route if self.route_keys and params.partition is None else None
+        route = self._route if self._route_keys and params.partition is None else None
         n = self._assignment.num_partitions if self._assignment is not None else 1
         return gen, Resolved(tuple(readers), by_partition, n, route)
 

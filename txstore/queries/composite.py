@@ -53,11 +53,13 @@ class Resolved:
 
 class Provider(Protocol):
     """What composite stores ask their application: a generation number that changes whenever
-    the hosted partitions or the states change, and the readers for some parameters."""
+    the hosted partitions or the states change, and the readers for some parameters (with the
+    generation they were resolved at)."""
 
-    _gen: int
+    @property
+    def generation(self) -> int: ...
 
-    def _resolve(self, params: StoreQueryParameters) -> tuple[int, Resolved]: ...
+    def resolve_readers(self, params: StoreQueryParameters) -> tuple[int, Resolved]: ...
 
 
 class _Base:
@@ -76,9 +78,9 @@ class _Base:
 
     def _resolve(self) -> Resolved:
         cached = self._cached
-        if cached is not None and cached[0] == self._provider._gen:
+        if cached is not None and cached[0] == self._provider.generation:
             return cached[1]
-        gen, resolved = self._provider._resolve(self.params)
+        gen, resolved = self._provider.resolve_readers(self.params)
         self._cached = (gen, resolved)
         return resolved
 
@@ -180,7 +182,7 @@ class CompositeReadOnlyKeyValueStore(_Base, Generic[K, V]):
         """The value of ``key`` in the local partitions, or None. O(log n): one partition
         (or every local one with ``route_keys=False``)."""
         cached = self._cached
-        if cached is not None and cached[0] == self._provider._gen:
+        if cached is not None and cached[0] == self._provider.generation:
             res = cached[1]
         else:
             res = self._resolve()

@@ -142,6 +142,12 @@ class PartitionHosting(Lifecycle):
     # ---- the writer -----------------------------------------------------------------------
 
     @property
+    def assignment(self) -> Assignment | None:
+        """The membership's assignment this instance applied last (None before the first).
+        O(1)."""
+        return self._assignment
+
+    @property
     def active_partitions(self) -> list[int]:
         """The partitions this instance owns and has open, sorted. O(P log P)."""
         return sorted(self._active)

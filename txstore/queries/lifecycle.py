@@ -51,6 +51,13 @@ class Lifecycle:
         """The state of the processing side (``PARTITIONS_ASSIGNED`` while restoring). O(1)."""
         return self._thread_state
 
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever the state, the processing side's state, the
+        assignment or the hosted partitions change (composite stores compare it with the one
+        their readers were resolved at, to know when to resolve them again). O(1)."""
+        return self._gen
+
     def set_state_listener(self, listener: Callable[[State, State], None] | None) -> None:
         """Call ``listener(new_state, old_state)`` on every state change (from the thread
         making the change). Set it before :meth:`~txstore.queries.Application.start`.

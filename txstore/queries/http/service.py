@@ -152,7 +152,7 @@ class Service:
             raise self._misdirected(spec.name, p, exc) from None
 
     def _misdirected(self, store: str, p: int, exc: InvalidStateStoreError) -> HttpError:
-        a = self.app._assignment
+        a = self.app.assignment
         owner = a.active.get(p) if a is not None else None
         return HttpError(
             409,
@@ -268,7 +268,7 @@ class Service:
         """``/v1/metadata``: every instance."""
         app = self.app
         instances = app.all_metadata()
-        a = app._assignment
+        a = app.assignment
         return {
             "application_id": app.application_id,
             "num_partitions": None if a is None else a.num_partitions,
