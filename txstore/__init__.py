@@ -48,8 +48,7 @@ from txstore.types import (
     ValueTimestampHeaders,
     Windowed,
 )
-
-__version__ = "0.1.0"
+from txstore.version import __version__
 
 __all__ = [
     "NO_TIMESTAMP",
