@@ -152,7 +152,7 @@ def test_fork_child_forgets_the_writer_cursors(tmp_path: Path) -> None:
         assert isinstance(part, Partition) and part.writer_cursors
         pid = os.fork()
         if pid == 0:  # never return into pytest from the child
-            os._exit(0 if not part.writer_cursors and part._rtxn is None else 1)
+            os._exit(0 if not part.writer_cursors and part.writer_txn is None else 1)
         _, status = os.waitpid(pid, 0)
         assert os.WEXITSTATUS(status) == 0
         with w.fetch("k", 0, 100) as it:  # the parent's cursor still works

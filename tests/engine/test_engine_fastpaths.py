@@ -69,7 +69,7 @@ def test_writer_reads_a_database_opened_after_its_transaction_began(tmp_path: Pa
     with Partition(path) as p:  # a fresh process-level handle table
         a = BytesKeyValueStore("a", p, meta=None)
         assert a.get(b"k") == b"a"  # begins the writer's read transaction
-        assert b"b" not in p._rdbs
+        assert b"b" not in p.writer_handles
         # "b"'s handle is opened now, after that transaction began: LMDB would refuse it
         # in that transaction, so the writer begins a new one
         assert p.get(b"b", b"k") == b"b"
@@ -85,7 +85,7 @@ def test_writer_read_transaction_ends_at_close(tmp_path: Path) -> None:
         s.commit(1)
         ro = Partition(path, readonly=True)  # shares the environment
         assert s.get(b"k") == b"v" and active_readers(writer) == 1
-    assert writer._rtxn is None
+    assert writer.writer_txn is None
     assert active_readers(ro) == 0
     ro.close()
 
@@ -109,14 +109,14 @@ def test_fork_leaves_the_parents_read_transaction_intact(tmp_path: Path) -> None
         s.commit(1)
         typed = KeyValueStore(s, Serdes.bytes(), value_codec(ValueFormat.PLAIN, Serdes.bytes()))
         assert typed._lmdb is p and typed.get(b"a") == b"1"
-        assert s.get(b"a") == b"1" and p._rtxn is not None
+        assert s.get(b"a") == b"1" and p.writer_txn is not None
         snap = p.snapshot()
         assert snap.get(b"kv", b"a") == b"1" and active_readers(p) == 2
         pid = os.fork()
         if pid == 0:  # the child: report through the exit code, never return into pytest
             code = 0
             try:
-                code = 1 if p._rtxn is not None else 0
+                code = 1 if p.writer_txn is not None else 0
                 for get in (s.get, typed.get):
                     try:
                         get(b"a")

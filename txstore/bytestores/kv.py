@@ -114,31 +114,27 @@ class _Reads:
     """Read operations shared by the store and its read-committed views."""
 
     _store: BytesKeyValueStore
-    _iters: IteratorRegistry
+    iterators: IteratorRegistry
+    """The open iterators of this store or view (closed with it)."""
 
     def _source(self) -> ChunkSource:
         raise NotImplementedError
 
-    def _check_open(self) -> None:
-        self._store._check_open()
+    def check_open(self) -> None:
+        self._store.check_open()
 
     def _iterate(self, rng: KeyRange | None, reverse: bool) -> KeyValueIterator:
-        self._check_open()
+        self.check_open()
         if rng is None:
             return EmptyIterator()
-        it = ChunkedIterator(self._source(), rng, reverse, self._iters.discard)
-        self._iters.add(it)
+        it = ChunkedIterator(self._source(), rng, reverse, self.iterators.discard)
+        self.iterators.add(it)
         return it
-
-    @property
-    def name(self) -> str:
-        """The store name."""
-        return self._store._name
 
     @property
     def persistent(self) -> bool:
         """True for LMDB-backed stores."""
-        return self._store._p.persistent
+        return self._store.partition.persistent
 
     def range(self, from_key: bytes | None, to_key: bytes | None) -> KeyValueIterator:
         """Entries with ``from_key <= key <= to_key`` (None: unbounded), ascending.
@@ -186,24 +182,31 @@ class BytesKeyValueStore(_Reads):
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         check_store_name(name)
-        self._open = False
+        self.is_open = False
+        """False once :meth:`close` was called."""
         self._owns_partition = partition is None
-        self._p: PartitionBase = MemoryPartition() if partition is None else partition
-        self._name = name
+        p = MemoryPartition() if partition is None else partition
+        self.partition: PartitionBase = p
+        """The partition holding the store."""
+        self.name = name
+        """The store name."""
         self._store = self
         self._transactional = bool(transactional)
-        existing = self._p.store_meta(name) if meta is None else None
+        existing = p.store_meta(name) if meta is None else None
         if existing is not None:
             self.meta = existing
         else:
-            self.meta = self._p.register_store(name, DEFAULT_META if meta is None else meta)
-        self._db = self._p.db_name(name)
-        self._ov: DbOverlay | None = None
-        if self._transactional and self._p.overlay is not None and not self._p.readonly:
-            self._ov = self._p.overlay.db(name, self._db)
-        self._iters = IteratorRegistry()
-        self._p.attach(name, self)
-        self._open = True
+            self.meta = p.register_store(name, DEFAULT_META if meta is None else meta)
+        self.db = p.db_name(name)
+        """The named database holding the store's committed data."""
+        self.db_overlay: DbOverlay | None = None
+        """The store's overlay of uncommitted writes (None unless transactional on a writable
+        partition); read by the typed store's fast paths, set at construction only."""
+        if self._transactional and p.overlay is not None and not p.readonly:
+            self.db_overlay = p.overlay.db(name, self.db)
+        self.iterators = IteratorRegistry()
+        p.attach(name, self)
+        self.is_open = True
 
     # -- state --------------------------------------------------------------------------------
 
@@ -212,37 +215,27 @@ class BytesKeyValueStore(_Reads):
         """True if writes are buffered until :meth:`commit`."""
         return self._transactional
 
-    @property
-    def is_open(self) -> bool:
-        """False once :meth:`close` was called."""
-        return self._open
-
-    @property
-    def partition(self) -> PartitionBase:
-        """The partition holding the store."""
-        return self._p
-
-    def _check_open(self) -> None:
-        if not self._open:
-            raise StoreClosedError(self._name)
+    def check_open(self) -> None:
+        if not self.is_open:
+            raise StoreClosedError(self.name)
 
     def _check_writable(self) -> None:
-        if not self._open:
-            raise StoreClosedError(self._name)
-        if self._p.readonly:
-            raise ReadOnlyError(f"store {self._name!r} is on a read-only partition")
+        if not self.is_open:
+            raise StoreClosedError(self.name)
+        if self.partition.readonly:
+            raise ReadOnlyError(f"store {self.name!r} is on a read-only partition")
 
     def close(self) -> None:
         """Close the store and its iterators; uncommitted writes are discarded. Idempotent."""
-        if not self._open:
+        if not self.is_open:
             return
-        self._open = False
-        self._iters.close_all()
-        p = self._p
+        self.is_open = False
+        self.iterators.close_all()
+        p = self.partition
         if not p.closed:
-            if self._ov is not None:
-                p.discard(self._name)
-            p.detach(self._name, self)
+            if self.db_overlay is not None:
+                p.discard(self.name)
+            p.detach(self.name, self)
             if self._owns_partition:
                 p.close()
 
@@ -253,34 +246,34 @@ class BytesKeyValueStore(_Reads):
         self.close()
 
     def __repr__(self) -> str:
-        kind = "persistent" if self._p.persistent else "in-memory"
+        kind = "persistent" if self.partition.persistent else "in-memory"
         tx = "transactional" if self._transactional else "non-transactional"
-        state = "open" if self._open else "closed"
-        return f"<BytesKeyValueStore {self._name!r} {kind} {tx} {state}>"
+        state = "open" if self.is_open else "closed"
+        return f"<BytesKeyValueStore {self.name!r} {kind} {tx} {state}>"
 
     # -- reads (read-uncommitted) -------------------------------------------------------------
 
     def _source(self) -> ChunkSource:
-        committed = self._p.source(self._db)
-        ov = self._ov
+        committed = self.partition.source(self.db)
+        ov = self.db_overlay
         if ov is None:
             return committed
         return MergedSource(ov, EMPTY_SOURCE if ov.dropped else committed, False)
 
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` (uncommitted writes included), or None. O(1) + O(log n)."""
-        if not self._open:
-            raise StoreClosedError(self._name)
+        if not self.is_open:
+            raise StoreClosedError(self.name)
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_SIZE:
             key = _key(key)
-        ov = self._ov
+        ov = self.db_overlay
         if ov is not None:
             v = ov.mem.get(key, NOT_FOUND)  # the memory tier, inlined
             if v is NOT_FOUND and ov.layered:
                 v = ov.get(key)
             if v is not NOT_FOUND:
                 return v  # type: ignore[return-value]
-        return self._p.get(self._db, key)
+        return self.partition.get(self.db, key)
 
     def approximate_num_entries(self) -> int:
         """Committed entries plus staged puts minus staged deletes, at least the staged puts.
@@ -288,9 +281,9 @@ class BytesKeyValueStore(_Reads):
         Exact when nothing is staged, or when nothing was committed; otherwise an estimate
         (a staged put may overwrite a committed key, a staged delete may hit no key). O(1).
         """
-        self._check_open()
-        n: int = self._p.count(self._db)
-        ov = self._ov
+        self.check_open()
+        n: int = self.partition.count(self.db)
+        ov = self.db_overlay
         if ov is not None:
             puts, deletes = ov.staged_counts()
             n = max((0 if ov.dropped else n) + puts - deletes, puts)
@@ -298,32 +291,32 @@ class BytesKeyValueStore(_Reads):
 
     def approximate_num_uncommitted_bytes(self) -> int:
         """Approximate bytes staged for the next commit, memory and spill (KIP-892). O(1)."""
-        self._check_open()
-        return 0 if self._ov is None else self._ov.uncommitted_bytes()
+        self.check_open()
+        return 0 if self.db_overlay is None else self.db_overlay.uncommitted_bytes()
 
     # -- writes -------------------------------------------------------------------------------
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write ``value`` under ``key``; ``None`` deletes. O(1) amortized (transactional),
         else one LMDB write transaction."""
-        ov = self._ov  # None unless transactional on a writable partition
+        ov = self.db_overlay  # None unless transactional on a writable partition
         if (
             ov is not None
-            and self._open
+            and self.is_open
             and type(key) is bytes
             and 0 < len(key) <= MAX_KEY_SIZE
             and (value is None or type(value) is bytes)
         ):
             ov.put(key, value)  # the common case, without the calls below
             return
-        if not self._open or self._p.readonly:
+        if not self.is_open or self.partition.readonly:
             self._check_writable()
         key = _key(key)
         value = _value(value)
         if ov is not None:
             ov.put(key, value)
         else:
-            self._p.write_through(self._db, [(key, value)])
+            self.partition.write_through(self.db, [(key, value)])
 
     def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
         """Write ``value`` only if ``key`` has no value; returns the existing value or None."""
@@ -346,11 +339,11 @@ class BytesKeyValueStore(_Reads):
             if not isinstance(entry, tuple) or len(entry) != 2:
                 raise InvalidTypeError(f"put_all expects (key, value) pairs, got {entry!r:.60}")
             rows.append((_key(entry[0]), _value(entry[1])))
-        ov = self._ov
+        ov = self.db_overlay
         if ov is not None:
             ov.put_many(rows)
         elif rows:
-            self._p.write_through(self._db, rows)
+            self.partition.write_through(self.db, rows)
 
     def delete(self, key: bytes) -> bytes | None:
         """Delete ``key``; returns its previous value or None."""
@@ -371,30 +364,30 @@ class BytesKeyValueStore(_Reads):
         ``OffsetError`` and writes nothing.
         """
         self._check_writable()
-        if self._ov is not None:
-            self._p.commit_stores({self._name: changelog_offset})
+        if self.db_overlay is not None:
+            self.partition.commit_stores({self.name: changelog_offset})
         else:
-            self._p.record_offset(self._name, changelog_offset)
+            self.partition.record_offset(self.name, changelog_offset)
 
     def recover(self, changelog_offset: int) -> bool:
         """Discard uncommitted writes (memory and spill); True if the committed offset is at
         or past ``changelog_offset``. O(u) to discard, independent of the store size."""
-        self._check_open()
+        self.check_open()
         offset = check_offset(changelog_offset)
-        if not self._p.readonly:
-            self._p.discard(self._name)
-        committed = self._p.committed_offset(self._name)
+        if not self.partition.readonly:
+            self.partition.discard(self.name)
+        committed = self.partition.committed_offset(self.name)
         return committed is not None and committed >= offset
 
     @property
     def committed_offset(self) -> int | None:
         """The committed changelog offset, or None if never committed. O(log n)."""
-        self._check_open()
-        return self._p.committed_offset(self._name)
+        self.check_open()
+        return self.partition.committed_offset(self.name)
 
     def read_committed(self) -> ReadCommittedView:
         """A read-only view of committed data (usable from any thread). O(1)."""
-        self._check_open()
+        self.check_open()
         return ReadCommittedView(self)
 
     def snapshot(self) -> ReadCommittedView:
@@ -415,57 +408,62 @@ class ReadCommittedView(_Reads):
     def __init__(self, store: BytesKeyValueStore, snapshot: Snapshot | None = None) -> None:
         self._store = store
         self._snap = snapshot
-        self._iters = IteratorRegistry()
+        self.iterators = IteratorRegistry()
 
-    def _check_open(self) -> None:
-        self._store._check_open()
+    @property
+    def name(self) -> str:
+        """The store name."""
+        return self._store.name
+
+    def check_open(self) -> None:
+        self._store.check_open()
         if self._snap is not None and self._snap.closed:
             raise InvalidStateStoreError(
-                f"snapshot view of store {self._store._name!r} is closed: take a new snapshot"
+                f"snapshot view of store {self._store.name!r} is closed: take a new snapshot"
             )
 
     def _source(self) -> ChunkSource:
         if self._snap is None:
-            return self._store._p.source(self._store._db, shared=True)
-        return self._snap.source(self._store._db)
+            return self._store.partition.source(self._store.db, shared=True)
+        return self._snap.source(self._store.db)
 
     def _iterate(self, rng: KeyRange | None, reverse: bool) -> KeyValueIterator:
         it = super()._iterate(rng, reverse)
-        self._store._iters.add(it)
+        self._store.iterators.add(it)
         return it
 
     def get(self, key: bytes) -> bytes | None:
         """The committed value of ``key``, or None. O(log n), one read transaction."""
-        self._check_open()
+        self.check_open()
         key = _key(key)
         if self._snap is not None:
-            return self._snap.get(self._store._db, key)
-        return self._store._p.get(self._store._db, key, shared=True)
+            return self._snap.get(self._store.db, key)
+        return self._store.partition.get(self._store.db, key, shared=True)
 
     def approximate_num_entries(self) -> int:
         """Number of committed entries. O(1)."""
-        self._check_open()
+        self.check_open()
         if self._snap is not None:
-            return self._snap.count(self._store._db)
-        return self._store._p.count(self._store._db, shared=True)
+            return self._snap.count(self._store.db)
+        return self._store.partition.count(self._store.db, shared=True)
 
     @property
     def committed_offset(self) -> int | None:
         """The committed offset (of this snapshot, for a snapshot view). O(log n)."""
-        self._check_open()
+        self.check_open()
         if self._snap is not None:
-            return self._snap.committed_offset(self._store._name)
-        return self._store._p.committed_offset(self._store._name)
+            return self._snap.committed_offset(self._store.name)
+        return self._store.partition.committed_offset(self._store.name)
 
     def snapshot(self) -> ReadCommittedView:
         """A view whose reads all see one committed state, data and offset (one LMDB read
         transaction until :meth:`close`; keep it short, it pins pages)."""
-        self._check_open()
-        return ReadCommittedView(self._store, self._store._p.snapshot())
+        self.check_open()
+        return ReadCommittedView(self._store, self._store.partition.snapshot())
 
     def close(self) -> None:
         """Close this view's iterators and its snapshot, if any. Idempotent."""
-        self._iters.close_all()
+        self.iterators.close_all()
         if self._snap is not None:
             self._snap.close()
 
@@ -476,6 +474,6 @@ class ReadCommittedView(_Reads):
         self.close()
 
     def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
-        raise ReadOnlyError(f"read-committed view of store {self._store._name!r} is read-only")
+        raise ReadOnlyError(f"read-committed view of store {self._store.name!r} is read-only")
 
     put = put_if_absent = put_all = delete = commit = recover = _read_only

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
+from txstore.bytestores.schemas import KeySchema
 from txstore.codecs import ValueFormat, convert_value, segment_id
-from txstore.engine.base import (
-    MAX_KEY_SIZE,
-)
+from txstore.engine.base import MAX_KEY_SIZE, PartitionBase
 from txstore.engine.iterators import (
     CHUNK_MAX,
     CHUNK_MIN,
@@ -41,14 +40,12 @@ from txstore.errors import (
     StorageError,
 )
 
-if TYPE_CHECKING:
-    from txstore.bytestores.segments import SegmentedBytesStore
-
 __all__ = [
     "RowsIterator",
     "Segment",
     "SegmentIterator",
     "SegmentedReads",
+    "SegmentedStoreState",
     "read_all",
 ]
 
@@ -90,6 +87,46 @@ def _check_value(value: object) -> bytes | None:
     if isinstance(value, bytes):
         return bytes(value)
     raise InvalidTypeError(f"value must be bytes or None, got {type(value).__name__}")
+
+
+class SegmentedStoreState(Protocol):
+    """What the reads of a segmented store (the store's own and its read-committed views') use
+    of the store, read only: implemented by
+    :class:`~txstore.bytestores.segments.SegmentedBytesStore`, whose attributes of these names
+    are described there."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def is_open(self) -> bool: ...
+    @property
+    def alive(self) -> Iterator[list[bool]]: ...
+    @property
+    def schema(self) -> KeySchema: ...
+    @property
+    def window(self) -> bool: ...
+    @property
+    def format(self) -> ValueFormat: ...
+    @property
+    def retention(self) -> int: ...
+    @property
+    def segment_interval(self) -> int: ...
+    @property
+    def observed_stream_time(self) -> int: ...
+    @property
+    def committed_observed_stream_time(self) -> int: ...
+    @property
+    def persistent(self) -> bool: ...
+    @property
+    def partition(self) -> PartitionBase: ...
+    @property
+    def registry_db(self) -> bytes: ...
+    @property
+    def iterators(self) -> IteratorRegistry: ...
+
+    def check_open(self) -> None: ...
+
+    def segment_db(self, sid: int) -> bytes: ...
 
 
 class Segment:
@@ -252,24 +289,24 @@ class RowsIterator(KeyValueIterator):
     next element once closed or once its store is closed, like every store iterator.
     """
 
-    __slots__ = ("_closed", "_pos", "_store", "rows")
+    __slots__ = ("_closed", "_pos", "rows", "store")
 
-    def __init__(self, rows: list[tuple[bytes, bytes]], store: SegmentedBytesStore) -> None:
+    def __init__(self, rows: list[tuple[bytes, bytes]], store: SegmentedStoreState) -> None:
         self.rows = rows
         self._pos = 0
-        self._store = store
+        self.store = store
         self._closed = False
 
     def __next__(self) -> tuple[bytes, bytes]:
         i = self._pos
-        if i < len(self.rows) and self._store._open and not self._closed:
+        if i < len(self.rows) and self.store.is_open and not self._closed:
             self._pos = i + 1
             return self.rows[i]
         self._closed = True
         raise StopIteration
 
     def peek_next_key(self) -> bytes | None:
-        if self._pos < len(self.rows) and self._store._open and not self._closed:
+        if self._pos < len(self.rows) and self.store.is_open and not self._closed:
             return self.rows[self._pos][0]
         return None
 
@@ -280,8 +317,10 @@ class RowsIterator(KeyValueIterator):
 class SegmentedReads:
     """The read operations, shared by a store (read-uncommitted) and its committed views."""
 
-    _store: SegmentedBytesStore
-    _iters: IteratorRegistry
+    store: SegmentedStoreState
+    """The store read (the store itself, for a store)."""
+    iterators: IteratorRegistry
+    """The open iterators of this store or view (closed with it)."""
 
     def _segment_ids(self) -> list[int]:
         raise NotImplementedError
@@ -299,11 +338,11 @@ class SegmentedReads:
         format, if there are at most :data:`SMALL_READ_LIMIT`; else None."""
         return None
 
-    def _check_open(self) -> None:
-        self._store._check_open()
+    def check_open(self) -> None:
+        self.store.check_open()
 
     def _register(self, it: KeyValueIterator) -> KeyValueIterator:
-        self._iters.add(it)
+        self.iterators.add(it)
         return it
 
     def _iterate(
@@ -319,7 +358,7 @@ class SegmentedReads:
             return EmptyIterator()
         if reverse:
             sids = sids[::-1]
-        st = self._store
+        st = self.store
         it = SegmentIterator(
             self._open_segment,
             sids,
@@ -327,25 +366,15 @@ class SegmentedReads:
             reverse,
             cond,
             st.format,
-            self._iters.discard,
+            self.iterators.discard,
             sort_key,
             first_chunk,
         )
         return self._register(it)
 
-    @property
-    def name(self) -> str:
-        """The store name."""
-        return self._store._name
-
-    @property
-    def observed_stream_time(self) -> int:
-        """The largest segment timestamp seen by ``put``/``remove``/``restore`` (-1: none)."""
-        return self._store._observed
-
     def _min_time(self) -> int:
-        st = self._store
-        return st._observed - st.retention + 1
+        st = self.store
+        return st.observed_stream_time - st.retention + 1
 
     def _window_bounds(
         self, key: bytes, time_from: int, time_to: int
@@ -357,13 +386,13 @@ class SegmentedReads:
         (``to < 0``, or another schema). A row between the bounds whose key is exactly
         ``len(key) + 12`` bytes long is one of ``key``'s windows in the time range (a row of
         another length belongs to a longer key starting with ``key``). O(1)."""
-        st = self._store
+        st = self.store
         actual_from = self._min_time()
         if time_from > actual_from:
             actual_from = time_from
         if time_to < actual_from:
             return ()
-        if time_to < 0 or not st._window:
+        if time_to < 0 or not st.window:
             return None
         if actual_from < 0:
             actual_from = 0  # segment ids and stored times are never negative
@@ -377,9 +406,9 @@ class SegmentedReads:
 
     def get(self, key: bytes) -> bytes | None:
         """The value of the exact store key ``key`` (None if absent or expired). O(log n)."""
-        self._check_open()
+        self.check_open()
         key = _check_key(key)
-        st = self._store
+        st = self.store
         ts = st.schema.segment_timestamp(key)
         if ts < self._min_time() or ts < 0:
             return None
@@ -405,8 +434,8 @@ class SegmentedReads:
         longer key sharing its prefix. A key range with ``key_from > key_to`` is empty and logs
         Kafka's warning. O(log n) per segment to start, O(1) amortized a row.
         """
-        self._check_open()
-        st = self._store
+        self.check_open()
+        st = self.store
         schema = st.schema
         actual_from = max(time_from, self._min_time())
         if schema.window and time_to < actual_from:
@@ -451,12 +480,12 @@ class SegmentedReads:
             if reverse:
                 rows.reverse()
             out += rows
-        return RowsIterator(out, self._store)
+        return RowsIterator(out, self.store)
 
     def fetch_all(self, time_from: int, time_to: int, *, reverse: bool = False) -> KeyValueIterator:
         """Every key's records with a segment timestamp in ``[time_from, time_to]``."""
-        self._check_open()
-        st = self._store
+        self.check_open()
+        st = self.store
         actual_from = max(time_from, self._min_time())
         if st.schema.window and time_to < actual_from:
             return EmptyIterator()
@@ -468,17 +497,17 @@ class SegmentedReads:
 
     def all(self, *, reverse: bool = False) -> KeyValueIterator:
         """Every unexpired record, segment by segment."""
-        self._check_open()
+        self.check_open()
         actual_from = max(0, self._min_time())
-        cond = self._store.schema.condition(None, None, actual_from, 2**63 - 1, False)
+        cond = self.store.schema.condition(None, None, actual_from, 2**63 - 1, False)
         return self._iterate(self._segment_ids(), KeyRange(), reverse, cond)
 
     def fetch_by_segment_time(self, time_from: int, time_to: int) -> KeyValueIterator:
         """Records whose segment timestamp is in ``[time_from, time_to]``, ordered by that
         timestamp, then key, then the rest of the key (the in-memory session store's
         time-only ``findSessions``; each segment is read and sorted whole)."""
-        self._check_open()
-        st = self._store
+        self.check_open()
+        st = self.store
         actual_from = max(time_from, self._min_time())
         if time_to < actual_from:
             return EmptyIterator()

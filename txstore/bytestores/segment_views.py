@@ -6,13 +6,15 @@ The read operations themselves are shared with the store
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from txstore.bytestores.segment_reads import (
     SMALL_READ_LIMIT,
     RowsIterator,
     Segment,
     SegmentedReads,
+    SegmentedStoreState,
     read_all,
 )
 from txstore.codecs import ValueFormat, convert_value
@@ -27,11 +29,6 @@ from txstore.engine.iterators import (
     Row,
 )
 from txstore.errors import InvalidStateStoreError, StoreClosedError
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from txstore.bytestores.segments import SegmentedBytesStore
 
 __all__ = ["SegmentedReadCommittedView"]
 
@@ -59,24 +56,29 @@ class SegmentedReadCommittedView(SegmentedReads):
 
     def __init__(
         self,
-        store: SegmentedBytesStore,
+        store: SegmentedStoreState,
         snapshot: Snapshot | None = None,
         observed: int | None = None,
     ) -> None:
-        self._store = store
+        self.store = store
         self._snap = snapshot
         self._observed_at = observed  # None: the store's committed observed time, read live
-        self._iters = IteratorRegistry()
+        self.iterators = IteratorRegistry()
         self._last_registry: dict[int, ValueFormat] = {}
         self._cached: tuple[int | None, dict[int, ValueFormat]] | None = None
         #: Registry key and database name of the segments read, by id (made once each).
         self._names: dict[int, tuple[bytes, bytes]] = {}
 
-    def _check_open(self) -> None:
-        self._store._check_open()
+    @property
+    def name(self) -> str:
+        """The store name."""
+        return self.store.name
+
+    def check_open(self) -> None:
+        self.store.check_open()
         if self._snap is not None and self._snap.closed:
             raise InvalidStateStoreError(
-                f"snapshot view of store {self._store._name!r} is closed: take a new snapshot"
+                f"snapshot view of store {self.store.name!r} is closed: take a new snapshot"
             )
 
     @property
@@ -85,18 +87,18 @@ class SegmentedReadCommittedView(SegmentedReads):
         its last commit (of the moment the snapshot was taken, for a snapshot view)."""
         if self._observed_at is not None:
             return self._observed_at
-        return self._store.committed_observed_stream_time
+        return self.store.committed_observed_stream_time
 
     def _min_time(self) -> int:
-        return self.observed_stream_time - self._store.retention + 1
+        return self.observed_stream_time - self.store.retention + 1
 
     def _register(self, it: KeyValueIterator) -> KeyValueIterator:
-        self._store._iters.add(it)
+        self.store.iterators.add(it)
         return super()._register(it)
 
     def _source(self, db: bytes) -> ChunkSource:
         if self._snap is None:
-            return self._store._p.source(db, shared=True)
+            return self.store.partition.source(db, shared=True)
         return self._snap.source(db)
 
     def _registry(self) -> dict[int, ValueFormat]:
@@ -107,12 +109,12 @@ class SegmentedReadCommittedView(SegmentedReads):
         process counts its write transactions (``write_generation``, sampled before the read);
         a snapshot never changes. Other partitions (read-only, in memory) read it every time.
         """
-        gen = -1 if self._snap is not None else self._store._p.write_generation
+        gen = -1 if self._snap is not None else self.store.partition.write_generation
         cached = self._cached
         if cached is not None and gen is not None and cached[0] == gen:
             self._last_registry = cached[1]
             return cached[1]
-        rows = read_all(self._source(self._store._reg_db))
+        rows = read_all(self._source(self.store.registry_db))
         reg = {_REG.unpack(k)[0]: ValueFormat(v[0]) for k, v in rows if v}
         self._last_registry = reg
         if gen is not None:
@@ -129,21 +131,21 @@ class SegmentedReadCommittedView(SegmentedReads):
     def _segment_format(self, reads: AtomicReads, sid: int) -> ValueFormat | None:
         """The format of segment ``sid`` in the registry, as of ``reads`` (None: no such
         segment, e.g. dropped since the segments were listed). O(log segments)."""
-        v = reads.get(self._store._reg_db, _REG.pack(sid))
+        v = reads.get(self.store.registry_db, _REG.pack(sid))
         if not v:
             return None
-        fmt = self._store.format
+        fmt = self.store.format
         return fmt if v[0] == fmt else ValueFormat(v[0])  # the enum call only when it differs
 
     def _open_segment(self, sid: int) -> tuple[ChunkSource, Segment | None]:
-        st = self._store
+        st = self.store
         db = st.segment_db(sid)
         if self._snap is not None:  # one transaction for everything already
             fmt = self._format_of(sid)
             if fmt is None:
                 return EMPTY_SOURCE, None
             return self._source(db), Segment(sid, fmt, db, None)
-        p, dbs, dst = st._p, (st._reg_db, db), st.format
+        p, dbs, dst = st.partition, (st.registry_db, db), st.format
 
         def chunk(reads: AtomicReads, rng: KeyRange, reverse: bool, n: int) -> Any:
             fmt = self._segment_format(reads, sid)
@@ -169,7 +171,7 @@ class SegmentedReadCommittedView(SegmentedReads):
         """A single-key fetch in one read transaction (see :meth:`_read_rows`), filtered by
         ``cond``; None when a segment holds more than :data:`SMALL_READ_LIMIT` rows in range."""
         rows = self._read_rows(sids[::-1] if reverse else sids, lo, hi, reverse)
-        return None if rows is None else RowsIterator([r for r in rows if cond(r[0])], self._store)
+        return None if rows is None else RowsIterator([r for r in rows if cond(r[0])], self.store)
 
     def _read_rows(
         self, sids: list[int], lo: bytes, hi: bytes, reverse: bool
@@ -181,9 +183,9 @@ class SegmentedReadCommittedView(SegmentedReads):
         :data:`SMALL_READ_LIMIT` rows in range."""
         if self._snap is not None:
             return None
-        st = self._store
+        st = self.store
         dst = st.format
-        reg_db = st._reg_db
+        reg_db = st.registry_db
         names = self._names
         segs = []  # (registry key, database) of each segment
         dbs = [reg_db]
@@ -216,7 +218,7 @@ class SegmentedReadCommittedView(SegmentedReads):
                     out = rows  # type: ignore[assignment]
             return out
 
-        out: list[tuple[bytes, bytes]] | None = st._p.read_atomic(dbs, read)
+        out: list[tuple[bytes, bytes]] | None = st.partition.read_atomic(dbs, read)
         return out
 
     def fetch_window_rows(
@@ -228,10 +230,10 @@ class SegmentedReadCommittedView(SegmentedReads):
         read transaction (see :meth:`_read_rows`); None: use :meth:`fetch` (a segment holds
         too many rows, or this is a snapshot view)."""
         if self._snap is not None:
-            self._check_open()
+            self.check_open()
             return None
-        if not self._store._open:
-            raise StoreClosedError(self._store._name)
+        if not self.store.is_open:
+            raise StoreClosedError(self.store.name)
         bounds = self._window_bounds(key, time_from, time_to)
         if not bounds:
             return None if bounds is None else []
@@ -245,7 +247,7 @@ class SegmentedReadCommittedView(SegmentedReads):
         return rows
 
     def _get_raw(self, sid: int, key: bytes) -> tuple[bytes | None, ValueFormat]:
-        st = self._store
+        st = self.store
         db = st.segment_db(sid)
         if self._snap is not None:
             fmt = self._registry().get(sid)
@@ -259,27 +261,29 @@ class SegmentedReadCommittedView(SegmentedReads):
                 return None, st.format
             return reads.get(db, key), fmt
 
-        result: tuple[bytes | None, ValueFormat] = st._p.read_atomic((st._reg_db, db), read)
+        result: tuple[bytes | None, ValueFormat] = st.partition.read_atomic(
+            (st.registry_db, db), read
+        )
         return result
 
     @property
     def committed_offset(self) -> int | None:
         """The committed offset (of this snapshot, for a snapshot view)."""
-        self._check_open()
+        self.check_open()
         if self._snap is not None:
-            return self._snap.committed_offset(self._store._name)
-        return self._store._p.committed_offset(self._store._name)
+            return self._snap.committed_offset(self.store.name)
+        return self.store.partition.committed_offset(self.store.name)
 
     def snapshot(self) -> SegmentedReadCommittedView:
         """A view whose reads all see one committed state (close it: it pins pages)."""
-        self._check_open()
-        st = self._store
+        self.check_open()
+        st = self.store
         observed = st.committed_observed_stream_time  # read before: never newer than the data
-        return SegmentedReadCommittedView(st, st._p.snapshot(), observed)
+        return SegmentedReadCommittedView(st, st.partition.snapshot(), observed)
 
     def close(self) -> None:
         """Close this view's iterators and its snapshot, if any. Idempotent."""
-        self._iters.close_all()
+        self.iterators.close_all()
         if self._snap is not None:
             self._snap.close()
 

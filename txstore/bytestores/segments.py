@@ -125,16 +125,21 @@ class SegmentedBytesStore(SegmentedReads):
             raise InvalidTypeError("segment_interval must be an int")
         if segment_interval < 1:
             raise InvalidArgumentError("segmentInterval cannot be zero or negative")
-        self._open = False
+        self.is_open = False
+        """False once :meth:`close` was called."""
         self._owns_partition = partition is None
-        p = self._p = MemoryPartition() if partition is None else partition
-        self._name = name
-        self._store = self
+        p = MemoryPartition() if partition is None else partition
+        self.partition: PartitionBase = p
+        """The partition holding the store."""
+        self.name = name
+        """The store name."""
+        self.store = self
         self.schema = schema
         self.retention = retention
         self.segment_interval = segment_interval
         self._segment_id = segment_id_function(int(segment_interval))
-        self._window = schema.window
+        self.window = schema.window
+        """True for a window store's schema (``schema.window``)."""
         self.format = ValueFormat(fmt)
         self.in_memory = not p.persistent
         self._transactional = bool(transactional)
@@ -143,12 +148,13 @@ class SegmentedBytesStore(SegmentedReads):
             default = {"kind": schema.kind, "format": self.format.name, "retention": retention}
             existing = p.register_store(name, default if meta is None else meta)
         self.meta = existing
-        self._reg_db = p.db_name(name)
+        self.registry_db = p.db_name(name)
+        """The store's main database: its segment registry."""
         self._overlay = (
             p.overlay if self._transactional and p.overlay is not None and not p.readonly else None
         )
-        self._reg_ov = None if self._overlay is None else self._overlay.db(name, self._reg_db)
-        self._iters = IteratorRegistry()
+        self._reg_ov = None if self._overlay is None else self._overlay.db(name, self.registry_db)
+        self.iterators = IteratorRegistry()
         self.dropped_records = 0
         # The observed stream time as of the last commit applied in this process (-1 in a fresh
         # process, as the observed time itself): the expiry filter of read-committed views.
@@ -161,7 +167,7 @@ class SegmentedBytesStore(SegmentedReads):
         self.alive = repeat(self._alive)
         self._reset()
         p.attach(name, self)
-        self._open = True
+        self.is_open = True
         self._alive.append(True)
 
     # -- state --------------------------------------------------------------------------------
@@ -169,19 +175,20 @@ class SegmentedBytesStore(SegmentedReads):
     def _reset(self) -> None:
         """Observed time and segments back to what the last commit left (open and recover):
         the observed time as of the last commit in this process, -1 in a fresh process."""
-        self._observed = self._committed_observed
+        self.observed_stream_time = self._committed_observed
+        """The largest segment timestamp seen by ``put``/``remove``/``restore`` (-1: none)."""
         self._dropped: list[Segment] = []
         self._live: dict[int, Segment] = {}
-        for k, v in read_all(self._p.source(self._reg_db)):
+        for k, v in read_all(self.partition.source(self.registry_db)):
             if len(k) != 8 or len(v or b"") != 1 or v[0] not in ValueFormat._value2member_map_:  # type: ignore[index]
-                raise StorageError(f"corrupt segment registry entry in store {self._name!r}")
+                raise StorageError(f"corrupt segment registry entry in store {self.name!r}")
             sid = _REG.unpack(k)[0]
             self._live[sid] = self._segment(sid, ValueFormat(v[0]))  # type: ignore[index]
         self._ids = sorted(self._live)
 
     def _segment(self, sid: int, fmt: ValueFormat) -> Segment:
-        db = self._p.db_name(self._name, str(sid * self.segment_interval))
-        ov = None if self._overlay is None else self._overlay.db(self._name, db)
+        db = self.partition.db_name(self.name, str(sid * self.segment_interval))
+        ov = None if self._overlay is None else self._overlay.db(self.name, db)
         return Segment(sid, fmt, db, ov)
 
     @property
@@ -192,61 +199,51 @@ class SegmentedBytesStore(SegmentedReads):
     @property
     def persistent(self) -> bool:
         """True for LMDB-backed stores."""
-        return self._p.persistent
-
-    @property
-    def is_open(self) -> bool:
-        """False once :meth:`close` was called."""
-        return self._open
-
-    @property
-    def partition(self) -> PartitionBase:
-        """The partition holding the store."""
-        return self._p
+        return self.partition.persistent
 
     def segment_ids(self) -> list[int]:
         """Ids of the live segments (uncommitted creations and drops included), ascending."""
-        self._check_open()
+        self.check_open()
         return list(self._ids)
 
     def segment_db(self, sid: int) -> bytes:
         """The database name of segment ``sid`` (``<store>.<sid * interval>``)."""
-        return self._p.db_name(self._name, str(sid * self.segment_interval))
+        return self.partition.db_name(self.name, str(sid * self.segment_interval))
 
     def segment_format(self, sid: int) -> ValueFormat | None:
         """The format segment ``sid`` stores its values in (None: no such segment)."""
         seg = self._live.get(sid)
         return None if seg is None else seg.fmt
 
-    def _check_open(self) -> None:
-        if not self._open:
-            raise StoreClosedError(self._name)
+    def check_open(self) -> None:
+        if not self.is_open:
+            raise StoreClosedError(self.name)
 
     def _check_writable(self) -> None:
-        if not self._open:
-            raise StoreClosedError(self._name)
-        if self._p.readonly:
-            raise ReadOnlyError(f"store {self._name!r} is on a read-only partition")
+        if not self.is_open:
+            raise StoreClosedError(self.name)
+        if self.partition.readonly:
+            raise ReadOnlyError(f"store {self.name!r} is on a read-only partition")
 
     def close(self) -> None:
         """Close the store and its iterators; uncommitted writes are discarded. Idempotent."""
-        if not self._open:
+        if not self.is_open:
             return
-        self._open = False
+        self.is_open = False
         self._alive.clear()
-        self._iters.close_all()
-        p = self._p
+        self.iterators.close_all()
+        p = self.partition
         if not p.closed:
             if self._overlay is not None:
-                p.discard(self._name)
-            p.detach(self._name, self)
+                p.discard(self.name)
+            p.detach(self.name, self)
             if self._owns_partition:
                 p.close()
 
     def __repr__(self) -> str:
-        kind = "persistent" if self._p.persistent else "in-memory"
-        state = "open" if self._open else "closed"
-        return f"<SegmentedBytesStore {self._name!r} {self.schema.kind} {kind} {state}>"
+        kind = "persistent" if self.partition.persistent else "in-memory"
+        state = "open" if self.is_open else "closed"
+        return f"<SegmentedBytesStore {self.name!r} {self.schema.kind} {kind} {state}>"
 
     # -- reads (read-uncommitted) -------------------------------------------------------------
 
@@ -257,7 +254,7 @@ class SegmentedBytesStore(SegmentedReads):
         seg = self._live.get(sid)
         if seg is None:
             return EMPTY_SOURCE, None
-        committed = self._p.source(seg.db)
+        committed = self.partition.source(seg.db)
         ov = seg.ov
         if ov is None:
             return committed, seg
@@ -271,7 +268,7 @@ class SegmentedBytesStore(SegmentedReads):
             v = seg.ov.get(key)
             if v is not NOT_FOUND:
                 return v, seg.fmt  # type: ignore[return-value]
-        return self._p.get(seg.db, key), seg.fmt
+        return self.partition.get(seg.db, key), seg.fmt
 
     def _read_small(
         self, sid: int, lo: bytes, hi: bytes, reverse: bool
@@ -292,7 +289,7 @@ class SegmentedBytesStore(SegmentedReads):
         if ov is not None and ov.dropped:
             lower: list[Row] = []
         else:
-            lower, more = self._p.read_range(
+            lower, more = self.partition.read_range(
                 seg.db, lo, hi, reverse=reverse, limit=SMALL_READ_LIMIT
             )
             if more:
@@ -313,15 +310,15 @@ class SegmentedBytesStore(SegmentedReads):
         The caller keeps the rows whose key is exactly ``len(key) + 12`` bytes long: for them,
         the byte order already implies the key and, for ``to >= 0``, the time bounds (a row of
         another length belongs to a longer key starting with ``key``). O(log n) + O(rows)."""
-        if not self._open:
-            raise StoreClosedError(self._name)
+        if not self.is_open:
+            raise StoreClosedError(self.name)
         # self._window_bounds(key, time_from, time_to), inlined (one call and a tuple less)
-        actual_from = self._observed - self.retention + 1
+        actual_from = self.observed_stream_time - self.retention + 1
         if time_from > actual_from:
             actual_from = time_from
         if time_to < actual_from:
             return []
-        if time_to < 0 or not self._window:
+        if time_to < 0 or not self.window:
             return None
         if actual_from < 0:
             actual_from = 0
@@ -340,9 +337,11 @@ class SegmentedBytesStore(SegmentedReads):
                     # The common case: nothing to convert, nothing spilled or dropped. The
                     # committed rows: forward, through the writer's cursor on the segment with
                     # read_range's loop inlined.
-                    cur = None if reverse else self._p.writer_cursors.get(seg.db)
+                    cur = None if reverse else self.partition.writer_cursors.get(seg.db)
                     if cur is None:
-                        rows, more = self._p.read_range(seg.db, lo, hi, reverse, SMALL_READ_LIMIT)
+                        rows, more = self.partition.read_range(
+                            seg.db, lo, hi, reverse, SMALL_READ_LIMIT
+                        )
                         if more:
                             return None
                     else:
@@ -388,13 +387,13 @@ class SegmentedBytesStore(SegmentedReads):
     def put_at(self, key: bytes, ts: int, value: bytes | None) -> bool:
         """:meth:`put` for callers that know the key's segment timestamp ``ts`` (no checks on
         ``key`` and ``value``: the typed stores build them)."""
-        if not self._open or self._p.readonly:
+        if not self.is_open or self.partition.readonly:
             self._check_writable()
         if ts < 0:
             raise InvalidArgumentError(f"timestamp must not be negative, got {ts}")
-        observed = self._observed
+        observed = self.observed_stream_time
         if ts > observed:
-            self._observed = observed = ts
+            self.observed_stream_time = observed = ts
         limit = observed - self.retention
         min_live = self._segment_id(limit)
         sid = ts // self.segment_interval
@@ -414,7 +413,7 @@ class SegmentedBytesStore(SegmentedReads):
         if ov is not None:
             ov.put(key, value)
         else:
-            self._p.write_through(seg.db, [(key, value)])
+            self.partition.write_through(seg.db, [(key, value)])
         return True
 
     def put_skipped_null(self, key: bytes, ts: int) -> None:
@@ -422,7 +421,7 @@ class SegmentedBytesStore(SegmentedReads):
         here (Kafka's RocksDBWindowStore), logged by a change-logging layer above
         (:class:`~txstore.changelog.layer.ChangeLoggingSegmentedBytesStore`). ``key`` is the
         serialized record key, without time or sequence number."""
-        if not self._open or self._p.readonly:
+        if not self.is_open or self.partition.readonly:
             self._check_writable()
 
     def remove(self, key: bytes) -> None:
@@ -431,8 +430,8 @@ class SegmentedBytesStore(SegmentedReads):
         self._check_writable()
         key = _check_key(key)
         ts = self.schema.segment_timestamp(key)
-        if not self.in_memory and ts > self._observed:
-            self._observed = ts
+        if not self.in_memory and ts > self.observed_stream_time:
+            self.observed_stream_time = ts
         seg = self._live.get(ts // self.segment_interval) if ts >= 0 else None
         if seg is None:
             return
@@ -441,7 +440,7 @@ class SegmentedBytesStore(SegmentedReads):
         if seg.ov is not None:
             seg.ov.put(key, None)
         else:
-            self._p.write_through(seg.db, [(key, None)])
+            self.partition.write_through(seg.db, [(key, None)])
 
     def restore(self, rows: Iterable[tuple[bytes, bytes | None]]) -> int:
         """Apply changelog records (store keys verbatim, values in the store's format; None
@@ -460,8 +459,8 @@ class SegmentedBytesStore(SegmentedReads):
         stamps = self.schema.segment_timestamps(keys)
         if min(stamps) < 0:
             raise InvalidArgumentError("restored records must not have negative timestamps")
-        self._observed = max(self._observed, *stamps)
-        limit = self._observed - self.retention
+        self.observed_stream_time = max(self.observed_stream_time, *stamps)
+        limit = self.observed_stream_time - self.retention
         min_live = self._segment_id(limit)
         batches: dict[int, list[Row]] = {}  # rows by segment, in changelog order
         interval = self.segment_interval
@@ -483,7 +482,7 @@ class SegmentedBytesStore(SegmentedReads):
             if seg.ov is not None:
                 seg.ov.put_many(batch)
             else:
-                self._p.write_through_dbs({seg.db: batch})
+                self.partition.write_through_dbs({seg.db: batch})
         self._cleanup(min_live)
         return applied
 
@@ -493,7 +492,7 @@ class SegmentedBytesStore(SegmentedReads):
         if self._reg_ov is not None:
             self._reg_ov.put(*row)
         else:
-            self._p.write_through_dbs({self._reg_db: [row]})
+            self.partition.write_through_dbs({self.registry_db: [row]})
         self._live[sid] = seg
         insort(self._ids, sid)
         return seg
@@ -510,7 +509,9 @@ class SegmentedBytesStore(SegmentedReads):
                 self._reg_ov.put(_REG.pack(sid), None)
                 self._dropped.append(seg)
             else:
-                self._p.write_through_dbs({self._reg_db: [(_REG.pack(sid), None)]}, [seg.db])
+                self.partition.write_through_dbs(
+                    {self.registry_db: [(_REG.pack(sid), None)]}, [seg.db]
+                )
             del ids[0]
             del self._live[sid]
         self._forget_dropped()
@@ -541,7 +542,7 @@ class SegmentedBytesStore(SegmentedReads):
                 seg.ov.put(k, v)
             self._reg_ov.put(*reg)
         else:
-            self._p.write_through_dbs({seg.db: rows, self._reg_db: [reg]})
+            self.partition.write_through_dbs({seg.db: rows, self.registry_db: [reg]})
         seg.fmt = self.format
 
     # -- commit and recovery ------------------------------------------------------------------
@@ -551,50 +552,50 @@ class SegmentedBytesStore(SegmentedReads):
         (one LMDB write transaction through the partition's multi-store commit)."""
         self._check_writable()
         if self._overlay is not None:
-            self._p.commit_stores({self._name: changelog_offset})
+            self.partition.commit_stores({self.name: changelog_offset})
             self._forget_dropped()
         else:
-            self._p.record_offset(self._name, changelog_offset)
+            self.partition.record_offset(self.name, changelog_offset)
 
     def on_commit(self) -> None:
         """Called by the partition once a commit of this store applied: its observed stream
         time becomes the committed one (the expiry filter of read-committed views)."""
-        self._committed_observed = self._observed
+        self._committed_observed = self.observed_stream_time
 
     @property
     def committed_observed_stream_time(self) -> int:
         """The observed stream time as of the last commit in this process (-1: none), which
         read-committed views filter expired records with. Non-transactional stores write
         through, so theirs is the current observed time."""
-        return self._observed if self._overlay is None else self._committed_observed
+        return self.observed_stream_time if self._overlay is None else self._committed_observed
 
     def recover(self, changelog_offset: int) -> bool:
         """Discard uncommitted writes, segment creations and drops; True if the committed
         offset is at or past ``changelog_offset``. The store is then as it was after its last
         commit: segments as committed, observed stream time as of that commit (-1 if nothing
         was committed in this process, as after a fresh open). O(uncommitted)."""
-        self._check_open()
+        self.check_open()
         offset = check_offset(changelog_offset)
         if self._overlay is not None:
-            self._p.discard(self._name)
+            self.partition.discard(self.name)
         self._reset()
-        committed = self._p.committed_offset(self._name)
+        committed = self.partition.committed_offset(self.name)
         return committed is not None and committed >= offset
 
     @property
     def committed_offset(self) -> int | None:
         """The committed changelog offset, or None if never committed."""
-        self._check_open()
-        return self._p.committed_offset(self._name)
+        self.check_open()
+        return self.partition.committed_offset(self.name)
 
     def approximate_num_uncommitted_bytes(self) -> int:
         """Approximate bytes staged for the next commit, memory and spill. O(segments)."""
-        self._check_open()
-        return 0 if self._overlay is None else self._overlay.uncommitted_bytes(self._name)
+        self.check_open()
+        return 0 if self._overlay is None else self._overlay.uncommitted_bytes(self.name)
 
     def read_committed(self) -> SegmentedReadCommittedView:
         """A read-only view of committed data (usable from any thread)."""
-        self._check_open()
+        self.check_open()
         return SegmentedReadCommittedView(self)
 
     def snapshot(self) -> SegmentedReadCommittedView:

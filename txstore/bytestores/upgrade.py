@@ -86,11 +86,11 @@ class UpgradingBytesKeyValueStore(BytesKeyValueStore):
     ) -> None:
         super().__init__(name, partition, transactional=transactional)
         self.format = fmt
-        p = self._p
-        self._db = p.db_name(name, data_suffix)
-        overlay = p.overlay if self._ov is not None else None
-        self._ov = None if overlay is None else overlay.db(name, self._db)
-        self._legacy: list[tuple[bytes, ValueFormat, DbOverlay | None]] = [
+        p = self.partition
+        self.db = p.db_name(name, data_suffix)
+        overlay = p.overlay if self.db_overlay is not None else None
+        self.db_overlay = None if overlay is None else overlay.db(name, self.db)
+        self.legacy_tiers: list[tuple[bytes, ValueFormat, DbOverlay | None]] = [
             (
                 p.db_name(name, suffix),
                 ValueFormat(f),
@@ -98,16 +98,18 @@ class UpgradingBytesKeyValueStore(BytesKeyValueStore):
             )
             for suffix, f in legacy
         ]
+        """The legacy tiers still read, newest first: database, format, overlay (None when not
+        transactional)."""
 
     @property
     def legacy_dbs(self) -> list[bytes]:
         """The legacy databases still read, newest first."""
-        return [db for db, _, _ in self._legacy]
+        return [db for db, _, _ in self.legacy_tiers]
 
     def _source(self) -> ChunkSource:
         source = super()._source()
-        for db, fmt, ov in self._legacy:
-            committed = self._p.source(db)
+        for db, fmt, ov in self.legacy_tiers:
+            committed = self.partition.source(db)
             tier: ChunkSource = committed
             if ov is not None:
                 tier = MergedSource(ov, EMPTY_SOURCE if ov.dropped else committed, False)
@@ -115,10 +117,10 @@ class UpgradingBytesKeyValueStore(BytesKeyValueStore):
         return source
 
     def _legacy_get(self, key: bytes) -> tuple[bytes | None, ValueFormat]:
-        for db, fmt, ov in self._legacy:
+        for db, fmt, ov in self.legacy_tiers:
             v = NOT_FOUND if ov is None else ov.get(key)
             if v is NOT_FOUND:
-                v = self._p.get(db, key)
+                v = self.partition.get(db, key)
             if v is not None:
                 return v, fmt  # type: ignore[return-value]
         return None, self.format
@@ -127,34 +129,34 @@ class UpgradingBytesKeyValueStore(BytesKeyValueStore):
         """The value of ``key`` in ``fmt``; a legacy value is converted and moved to the new
         database (unless the partition is read-only). O(1) + O(log n) per tier read."""
         v = super().get(key)
-        if v is not None or not self._legacy:
+        if v is not None or not self.legacy_tiers:
             return v
         key = _key(key)
         old, fmt = self._legacy_get(key)
         if old is None:
             return None
         converted = convert_value(old, fmt, self.format)
-        if not self._p.readonly:
+        if not self.partition.readonly:
             self._write([(key, converted)])
         return converted
 
     def _write(self, rows: list[Row]) -> None:
-        ov = self._ov
+        ov = self.db_overlay
         if ov is not None:
             for k, v in rows:
                 ov.put(k, v)
-                for _, _, lov in self._legacy:
+                for _, _, lov in self.legacy_tiers:
                     lov.put(k, None)  # type: ignore[union-attr]
             return
-        writes = {self._db: rows}
-        for db, _, _ in self._legacy:
+        writes = {self.db: rows}
+        for db, _, _ in self.legacy_tiers:
             writes[db] = [(k, None) for k, _ in rows]
-        self._p.write_through_dbs(writes)
+        self.partition.write_through_dbs(writes)
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write ``value`` (None: delete) to the new database and delete ``key`` from every
         legacy tier."""
-        if not self._open or self._p.readonly:
+        if not self.is_open or self.partition.readonly:
             self._check_writable()
         self._write([(_key(key), _value(value))])
 
@@ -172,17 +174,17 @@ class UpgradingBytesKeyValueStore(BytesKeyValueStore):
     def approximate_num_entries(self) -> int:
         """Entries of the new database plus those still in legacy tiers (an estimate)."""
         n = super().approximate_num_entries()
-        return n + sum(self._p.count(db) for db, _, _ in self._legacy)
+        return n + sum(self.partition.count(db) for db, _, _ in self.legacy_tiers)
 
     def approximate_num_uncommitted_bytes(self) -> int:
         """Approximate bytes staged for the next commit, over every tier."""
-        self._check_open()
-        ov = self._p.overlay
-        return 0 if ov is None or self._ov is None else ov.uncommitted_bytes(self._name)
+        self.check_open()
+        ov = self.partition.overlay
+        return 0 if ov is None or self.db_overlay is None else ov.uncommitted_bytes(self.name)
 
     def read_committed(self) -> UpgradingReadCommittedView:
         """A read-only view of committed data, every tier merged (no migration)."""
-        self._check_open()
+        self.check_open()
         return UpgradingReadCommittedView(self)
 
 
@@ -197,13 +199,13 @@ class UpgradingReadCommittedView(ReadCommittedView):
 
     def _tier(self, db: bytes) -> ChunkSource:
         if self._snap is None:
-            return self._store._p.source(db, shared=True)
+            return self._store.partition.source(db, shared=True)
         return self._snap.source(db)
 
     def _source(self) -> ChunkSource:
         st = self._store
         source = super()._source()
-        for db, fmt, _ in st._legacy:
+        for db, fmt, _ in st.legacy_tiers:
             source = MergedSource(source, _converting(self._tier(db), fmt, st.format), False)
         return source
 
@@ -213,11 +215,11 @@ class UpgradingReadCommittedView(ReadCommittedView):
         if v is not None:
             return v
         st = self._store
-        for db, fmt, _ in st._legacy:
+        for db, fmt, _ in st.legacy_tiers:
             if self._snap is not None:
                 old = self._snap.get(db, key)
             else:
-                old = st._p.get(db, key, shared=True)
+                old = st.partition.get(db, key, shared=True)
             if old is not None:
                 return convert_value(old, fmt, st.format)
         return None
@@ -226,11 +228,15 @@ class UpgradingReadCommittedView(ReadCommittedView):
         """Committed entries over every tier."""
         n = super().approximate_num_entries()
         st = self._store
-        for db, _, _ in st._legacy:
-            n += self._snap.count(db) if self._snap is not None else st._p.count(db, shared=True)
+        for db, _, _ in st.legacy_tiers:
+            n += (
+                self._snap.count(db)
+                if self._snap is not None
+                else st.partition.count(db, shared=True)
+            )
         return n
 
     def snapshot(self) -> UpgradingReadCommittedView:
         """A view whose reads all see one committed state."""
-        self._check_open()
-        return UpgradingReadCommittedView(self._store, self._store._p.snapshot())
+        self.check_open()
+        return UpgradingReadCommittedView(self._store, self._store.partition.snapshot())

@@ -161,7 +161,15 @@ class PartitionBase:
         """True once :meth:`close` was called."""
         return self._closed
 
-    def _check(self) -> None:
+    @property
+    def inherited(self) -> bool:
+        """True in a process forked after this partition was opened: the partition is unusable
+        there, and must never touch the environment it inherited."""
+        return self._generation != fork_generation[0]
+
+    def check_usable(self) -> None:
+        """Raise ``InvalidStateStoreError`` if the partition is closed, or was opened before a
+        fork of this process. O(1)."""
         if self._closed:
             raise InvalidStateStoreError(f"partition {self.path or '<memory>'} is closed")
         if self._generation != fork_generation[0]:
@@ -170,13 +178,13 @@ class PartitionBase:
             )
 
     def _check_writable(self) -> None:
-        self._check()
+        self.check_usable()
         if self.readonly:
             raise ReadOnlyError(f"partition {self.path} is open read-only")
 
     def attach(self, name: str, store: Any) -> None:
         """Register an open store object (closed by :meth:`close`); one per name."""
-        self._check()
+        self.check_usable()
         if name in self._stores:
             raise InvalidStateStoreError(
                 f"store {name!r} is already open on this partition: close it first or reuse it"
@@ -230,7 +238,7 @@ class PartitionBase:
         """
         check_store_name(name)
         asked = _normalize_meta(meta)
-        self._check()
+        self.check_usable()
         disk = self.store_meta(name)
         if disk is None:
             if self.readonly:
@@ -321,7 +329,7 @@ class PartitionBase:
 
     def discard(self, store: str) -> None:
         """Drop everything ``store`` has staged, in memory and spilled. O(staged)."""
-        self._check()
+        self.check_usable()
         if self.overlay is not None:
             self.overlay.clear_store(store)
 
@@ -427,7 +435,7 @@ class Snapshot:
     def _check(self) -> None:
         if self._closed:
             raise InvalidStateStoreError("snapshot is closed")
-        self.partition._check()
+        self.partition.check_usable()
 
     def close(self) -> None:
         """Release the snapshot. Idempotent."""

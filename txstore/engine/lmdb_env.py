@@ -1,6 +1,7 @@
 """LMDB machinery under :class:`~txstore.engine.partition.Partition`: the environment shared by the
-partitions on one path (:class:`SharedEnv`, with its :class:`Gate` for shared reads), the
-cursor loops of range reads and commits, and snapshots (:class:`LmdbSnapshot`)."""
+partitions on one path (:class:`SharedEnv`, with its :class:`Gate` for shared reads), the fork
+handler, the cursor loops of range reads and commits, and reads in one read transaction
+(:class:`TxnReads`). Snapshots are in :mod:`txstore.engine.partition_reads`."""
 
 from __future__ import annotations
 
@@ -9,27 +10,29 @@ import os
 import struct
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, Protocol
 
 import lmdb
 
-from txstore.engine.base import META_DB, Snapshot, fork_generation
-from txstore.engine.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows, read_lmdb_chunk
-from txstore.errors import InvalidStateStoreError, SnapshotInvalidatedError, StorageError
-
-if TYPE_CHECKING:
-    from txstore.engine.partition import Partition
+from txstore.engine.base import AtomicReads, fork_generation
+from txstore.engine.iterators import KeyRange, Row, no_rows, read_lmdb_chunk
+from txstore.errors import InvalidArgumentError, InvalidStateStoreError, StorageError
 
 __all__ = [
     "DBI_REOPEN_FRACTION",
     "DEFAULT_MAX_DBS",
+    "META_PREFIX",
     "OFFSET",
     "OFFSET_PREFIX",
+    "DbHandle",
     "DbiTableFull",
+    "EnvSnapshot",
+    "ForkAware",
     "Gate",
-    "LmdbSnapshot",
+    "ReadTxn",
     "SharedEnv",
+    "TxnReads",
     "acquire_env",
     "apply_chunks",
     "apply_rows",
@@ -39,12 +42,52 @@ __all__ = [
     "track_partition",
 ]
 
-T = TypeVar("T")
-
 OFFSET: Final = struct.Struct(">q")
 """A store's committed offset in the metadata database: 8-byte big-endian signed."""
 OFFSET_PREFIX: Final = b"offset:"
 """Key prefix of the committed offsets in the metadata database (then the store name)."""
+META_PREFIX: Final = b"meta:"
+"""Key prefix of the store metadata (JSON) in the metadata database (then the store name)."""
+
+
+class DbHandle(Protocol):
+    """A named database of an open LMDB environment (py-lmdb's ``_Database``): opaque, only
+    ever handed back to LMDB, and usable only in transactions begun after it was published."""
+
+
+class ReadTxn(Protocol):
+    """An LMDB read transaction (py-lmdb's ``Transaction``), as the writer's read transaction
+    (:attr:`~txstore.engine.partition_reads.PartitionReads.writer_txn`) is read through."""
+
+    def get(self, key: bytes, default: None = None, db: DbHandle | None = None) -> bytes | None:
+        """The value of ``key`` in ``db``, or ``default``."""
+        ...
+
+    def abort(self) -> None:
+        """End the transaction."""
+        ...
+
+
+class EnvSnapshot(Protocol):
+    """What an environment knows of the snapshots begun on it (see :meth:`SharedEnv.relieve`):
+    whether each is closed, and the environment generation (reopen count) it began on."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def env_generation(self) -> int: ...
+
+
+class ForkAware(Protocol):
+    """An open partition, as the fork handler sees it (see :func:`track_partition`)."""
+
+    def drop_inherited_txns(self) -> None:
+        """In a forked child: forget, without aborting them, the read transactions inherited
+        from the parent (the writer's own and the snapshots'): freed in the child, py-lmdb
+        skips their abort, which would release the *parent's* reader slots."""
+        ...
+
 
 # -- the table of named-database handles (dbi slots) -------------------------------------------
 # Every process sizes its own table (``max_dbs``; it is not stored in the file). A handle takes
@@ -80,8 +123,9 @@ def dbi_reopen_threshold(max_dbs: int) -> int:
 
 class DbiTableFull(Exception):
     """Internal signal: ``mdb_dbi_open`` found the dbi table of environment generation
-    ``generation`` full. :meth:`Partition._shared` catches it outside the gate, reopens the
-    environment (:meth:`SharedEnv.reopen_full`) and retries; never seen by users."""
+    ``generation`` full. :meth:`~txstore.engine.partition_reads.PartitionReads.run_shared`
+    catches it outside the gate, reopens the environment (:meth:`SharedEnv.reopen_full`) and
+    retries; never seen by users."""
 
     def __init__(self, generation: int) -> None:
         super().__init__(generation)
@@ -91,7 +135,7 @@ class DbiTableFull(Exception):
 _registry_lock = threading.Lock()
 _registry: dict[str, SharedEnv] = {}
 #: Open partitions, so that a forked child can forget their read transactions.
-_partitions: weakref.WeakSet[Partition] = weakref.WeakSet()
+_partitions: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -103,16 +147,7 @@ def _after_fork_in_child() -> None:
     # and release the *parent's* reader slots in the shared lock file (reproduced: the
     # parent's snapshot then no longer pins its pages).
     for p in list(_partitions):
-        p.writer_cursors = {}  # cursors of the inherited read transaction, before it
-        p._rtxn = None
-        p._rdbs = {}
-        try:  # no lock: another parent thread may have held it at the fork
-            snapshots = list(p._snapshots)
-        except Exception:  # pragma: no cover - a set modified mid-fork
-            snapshots = []
-        for snap in snapshots:
-            if isinstance(snap, LmdbSnapshot):
-                snap._txn = None
+        p.drop_inherited_txns()
     for sh in _registry.values():
         # py-lmdb skips LMDB's cleanup in a forked child (the parent's readers and locks stay
         # intact) but forgets the environment, so the child may open the path afresh.
@@ -124,7 +159,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def track_partition(partition: Partition) -> None:
+def track_partition(partition: ForkAware) -> None:
     """Remember an open partition (weakly) for the fork handler."""
     _partitions.add(partition)
 
@@ -265,7 +300,7 @@ class SharedEnv:
         self.generation = 0
         self.failed: StorageError | None = None
         #: Snapshots begun on ``env`` (a reopen invalidates them, so it waits for none open).
-        self.snapshots: weakref.WeakSet[LmdbSnapshot] = weakref.WeakSet()
+        self.snapshots: weakref.WeakSet[EnvSnapshot] = weakref.WeakSet()
 
     def publish(self, new: Mapping[bytes, Any]) -> None:
         """Add handles (copy-on-write; the caller holds ``dbi_lock``)."""
@@ -306,7 +341,7 @@ class SharedEnv:
         """True if a snapshot begun on the current ``env`` is open (one invalidated by an
         earlier reopen, but not closed yet, does not count: it reads nothing more)."""
         gen = self.generation
-        return any(not s._closed and s._env_generation == gen for s in list(self.snapshots))
+        return any(not s.closed and s.env_generation == gen for s in list(self.snapshots))
 
     def needs_relief(self) -> bool:
         """True when a read-only environment's table reached its reopen threshold and no
@@ -450,85 +485,75 @@ def apply_chunks(
         chunk = next(rest, None)
 
 
-class LmdbSnapshot(Snapshot):
-    def __init__(self, partition: Partition) -> None:
-        super().__init__(partition)
-        self._p = partition
-        sh = partition._sh
-        assert sh is not None
-        self._sh = sh
-        self._handles: dict[bytes, Any] = {}
+def unnamed_db(db: bytes) -> InvalidArgumentError:
+    """The error of a read of a database not named to ``read_atomic``."""
+    return InvalidArgumentError(
+        f"database {db!r} was not named to read_atomic; name every database up front"
+    )
 
-        self._epoch = -1
-        self._env_generation = -1
 
-        def begin() -> Any:
-            while True:
-                handles = partition._open_all()
-                txn = sh.env.begin()
-                try:
-                    names = set(txn.cursor().iternext(values=False))
-                except BaseException:
-                    txn.abort()
-                    raise
-                if names <= handles.keys():  # else a database appeared in between: again
-                    self._handles = handles
-                    # Inside the gate: no reopen or resize can come between the begin and
-                    # these two, so the epoch is the one of the environment ``txn`` is on.
-                    self._epoch = sh.gate.epoch
-                    self._env_generation = sh.generation
-                    self._closed = False
-                    sh.snapshots.add(self)
-                    return txn
-                txn.abort()
+class TxnReads(AtomicReads):
+    """:class:`AtomicReads` in one LMDB read transaction (see
+    :meth:`PartitionReads.read_atomic
+    <txstore.engine.partition_reads.PartitionReads.read_atomic>`).
 
-        self._txn: Any = partition._shared(begin)
+    ``handles``: the handle of each database named by the caller (None: it did not exist).
+    In a read-only environment, MDB_BAD_DBI means the writer dropped the database (see
+    ``PartitionReads._read``): it reads as empty."""
 
-    def _run(self, db: bytes, fn: Callable[[Any, Any], T], default: T) -> T:
-        self._check()
-        sh = self._sh
-        sh.gate.enter()
+    __slots__ = ("_handles", "_readonly", "_txn")
+
+    def __init__(self, txn: Any, handles: Mapping[bytes, Any], readonly: bool) -> None:
+        self._txn = txn
+        self._handles = handles
+        self._readonly = readonly
+
+    def _handle(self, db: bytes) -> Any:
         try:
-            if sh.gate.epoch != self._epoch:
-                raise SnapshotInvalidatedError(
-                    "snapshot invalidated by a map resize, a database drop or a reopen of the "
-                    "environment (to release its table of database handles) in this process: "
-                    "take a new snapshot"
-                )
-            h = self._handles.get(db)
-            if h is None:
-                return default  # the database did not exist when the snapshot began
-            try:
-                return fn(self._txn, h)
-            except lmdb.Error as exc:
-                raise SnapshotInvalidatedError(f"snapshot is no longer usable: {exc}") from exc
-        finally:
-            sh.gate.leave()
+            return self._handles[db]
+        except KeyError:
+            raise unnamed_db(db) from None
 
     def get(self, db: bytes, key: bytes) -> bytes | None:
-        value: bytes | None = self._run(db, lambda t, h: t.get(key, db=h), None)
+        try:
+            h = self._handles[db]  # self._handle(db), inlined
+        except KeyError:
+            raise unnamed_db(db) from None
+        if h is None:
+            return None
+        try:
+            value: bytes | None = self._txn.get(key, None, h)
+        except lmdb.BadDbiError:
+            if not self._readonly:
+                raise
+            return None
         return value
 
-    def source(self, db: bytes) -> ChunkSource:
-        def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
-            return self._run(
-                db, lambda t, h: read_lmdb_chunk(t.cursor(h), rng, reverse, n), no_rows()
-            )
+    def read_range(
+        self, db: bytes, lo: bytes, hi: bytes, reverse: bool, limit: int
+    ) -> tuple[list[Row], bool]:
+        try:
+            h = self._handles[db]  # self._handle(db), inlined
+        except KeyError:
+            raise unnamed_db(db) from None
+        if h is None:
+            return [], False
+        try:
+            return read_range_rows(self._txn.cursor(h), lo, hi, reverse, limit)
+        except lmdb.BadDbiError:
+            if not self._readonly:
+                raise
+            return [], False
 
-        return FnSource(read)
-
-    def count(self, db: bytes) -> int:
-        n: int = self._run(db, lambda t, h: t.stat(h)["entries"], 0)
-        return n
-
-    def committed_offset(self, store: str) -> int | None:
-        raw = self._run(META_DB, lambda t, h: t.get(OFFSET_PREFIX + store.encode(), db=h), None)
-        return None if raw is None else int(OFFSET.unpack(raw)[0])
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            txn, self._txn = self._txn, None
-            if txn is not None and self._p._generation == fork_generation[0]:
-                with contextlib.suppress(lmdb.Error):
-                    txn.abort()
+    def read_chunk(
+        self, db: bytes, rng: KeyRange, reverse: bool, n: int
+    ) -> tuple[list[Row], bytes | None]:
+        h = self._handle(db)
+        if h is None:
+            return no_rows()
+        try:
+            return read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n)
+        except lmdb.BadDbiError:
+            if not self._readonly:
+                raise
+            return no_rows()

@@ -54,16 +54,16 @@ class MemoryPartition(PartitionBase):
         self._shared: set[bytes] = set()  # databases whose table an open snapshot holds
 
     def store_meta(self, name: str) -> dict[str, Any] | None:
-        self._check()
+        self.check_usable()
         raw = self._metas.get(name)
         return None if raw is None else dict(json.loads(raw))
 
     def store_names(self) -> list[str]:
-        self._check()
+        self.check_usable()
         return sorted(self._metas)
 
     def committed_offset(self, store: str) -> int | None:
-        self._check()
+        self.check_usable()
         return self._offsets.get(store)
 
     def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
@@ -110,13 +110,13 @@ class MemoryPartition(PartitionBase):
                 _apply_rows(self._table(db), rows)
 
     def get(self, db: bytes, key: bytes, *, shared: bool = False) -> bytes | None:
-        self._check()
+        self.check_usable()
         sd = self._data.get(db)
         return None if sd is None else sd.get(key)  # dict.get: atomic under the GIL
 
     def source(self, db: bytes, *, shared: bool = False) -> ChunkSource:
         def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
-            self._check()
+            self.check_usable()
             sd = self._data.get(db)
             if sd is None:
                 return no_rows()
@@ -128,7 +128,7 @@ class MemoryPartition(PartitionBase):
         return FnSource(read)
 
     def count(self, db: bytes, *, shared: bool = False) -> int:
-        self._check()
+        self.check_usable()
         sd = self._data.get(db)
         return 0 if sd is None else len(sd)
 
@@ -141,7 +141,7 @@ class MemoryPartition(PartitionBase):
         limit: int = 64,
         shared: bool = False,
     ) -> tuple[list[Row], bool]:
-        self._check()
+        self.check_usable()
         sd = self._data.get(db)
         if sd is None:
             return [], False
@@ -155,18 +155,26 @@ class MemoryPartition(PartitionBase):
             return [(k, sd[k]) for k in keys], more
 
     def read_atomic(self, dbs: Sequence[bytes], fn: Callable[[AtomicReads], T]) -> T:
-        self._check()
+        self.check_usable()
         with self._lock:  # commits apply under it: every read in fn sees one state
             return fn(_MemoryReads(self))
 
     def snapshot(self) -> Snapshot:
-        self._check()
+        self.check_usable()
         with self._lock:
             snap = _MemorySnapshot(self, dict(self._data), dict(self._offsets))
             self._open_snapshots += 1
             self._shared = set(self._data)
         self._track_snapshot(snap)
         return snap
+
+    def release_snapshot(self) -> None:
+        """Called once by each snapshot of this partition when it closes: once none is open,
+        writes stop copying the tables the snapshots held."""
+        with self._lock:
+            self._open_snapshots -= 1
+            if not self._open_snapshots:
+                self._shared.clear()
 
 
 class _MemoryReads(AtomicReads):
@@ -235,7 +243,4 @@ class _MemorySnapshot(Snapshot):
         if not self._closed:
             self._closed = True
             self._data = {}
-            with self._mp._lock:
-                self._mp._open_snapshots -= 1
-                if not self._mp._open_snapshots:
-                    self._mp._shared.clear()
+            self._mp.release_snapshot()

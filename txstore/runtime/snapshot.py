@@ -63,11 +63,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import lmdb
-
-from txstore.engine.base import META_DB, PartitionBase, Snapshot
+from txstore.engine.base import PartitionBase, Snapshot
 from txstore.engine.iterators import KeyRange
 from txstore.engine.partition import Partition
+from txstore.engine.partition_reads import LmdbSnapshot
 from txstore.errors import InvalidArgumentError, InvalidTypeError, StorageError
 from txstore.runtime.statedir import partition_dirs
 
@@ -225,33 +224,20 @@ class Manifest:
 
 
 # -- engine access ---------------------------------------------------------------------------------
-# The engine's public Snapshot has no transaction id and no copy operation yet; these two
-# helpers are the only places that reach past it (see the report of issue 8). Both run inside
-# the snapshot's own gate (``_run``), so a map resize in this process cannot interleave.
+# What a cut needs beyond the engine's generic Snapshot (the LMDB transaction id, the compacting
+# copy) is offered by the LMDB snapshot itself (``LmdbSnapshot.txn_id`` and ``copy_env``); both
+# run inside the snapshot's own gate, so a map resize in this process cannot interleave.
 
 
-def _txn_id(snap: Snapshot) -> int:
+def _txn_id(snap: LmdbSnapshot) -> int:
     """The LMDB transaction id the snapshot reads (equal ids: equal bytes)."""
-    run: Any = snap._run  # type: ignore[attr-defined]
-    txnid: int = run(META_DB, lambda txn, _h: int(txn.id()), -1)
-    return txnid
+    return snap.txn_id()
 
 
-def _copy_env(partition: Partition, snap: Snapshot, dest_data: str) -> None:
-    """LMDB compacting copy of exactly the transaction ``snap`` reads, into ``dest_data``."""
-    sh: Any = partition._sh
-
-    def copy(txn: Any, _h: Any) -> None:
-        env = sh.env  # inside the gate: the environment ``txn`` is on (never a reopened one)
-        try:
-            env.copy(dest_data, compact=True, txn=txn)
-        except lmdb.Error as exc:
-            raise StorageError(
-                f"copying {partition.path!r} to {dest_data!r} failed: {exc}"
-            ) from exc
-
-    run: Any = snap._run  # type: ignore[attr-defined]
-    run(META_DB, copy, None)
+def _copy_env(partition: Partition, snap: LmdbSnapshot, dest_data: str) -> None:
+    """LMDB compacting copy of exactly the transaction ``snap`` (of ``partition``) reads, into
+    ``dest_data``."""
+    snap.copy_env(dest_data)
 
 
 def store_databases(
@@ -287,7 +273,7 @@ def store_databases(
 
 def begin_cut(
     partition: Partition, *, number: int = 0, path: str = ""
-) -> tuple[Snapshot, PartitionCut]:
+) -> tuple[LmdbSnapshot, PartitionCut]:
     """Begin a read snapshot of ``partition`` and describe it exactly: O(stores).
 
     Store metadata is read just before and just after the snapshot's transaction begins; it

@@ -328,16 +328,18 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         # Bytes in, bytes stored, on a plain transactional bytes store (no change logging, no
         # upgrade): a put goes straight to the overlay, one call instead of three, and a get
         # reads the overlay and then the writer's read transaction of an LMDB partition (see
-        # Partition._writer_txn) as BytesKeyValueStore.get and Partition.get do, in one call.
+        # PartitionReads.writer_txn) as BytesKeyValueStore.get and Partition.get do, in one
+        # call.
         self._ov = (
-            inner._ov
+            inner.db_overlay
             if type(inner) is BytesKeyValueStore and self._raw_keys and self._raw_values
             else None
         )
         if self._ov is not None:
-            self._committed_get = inner._p.get
-            self._lmdb: Partition | None = inner._p if type(inner._p) is Partition else None
-            self._db = inner._db
+            p = inner.partition
+            self._committed_get = p.get
+            self._lmdb: Partition | None = p if type(p) is Partition else None
+            self._db = inner.db
 
     def get(self, key: K) -> V | None:
         """The value of ``key``, or ``None``, uncommitted writes included.
@@ -350,7 +352,12 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         """
         ov = self._ov
         k: Any = key
-        if ov is not None and type(k) is bytes and 0 < len(k) <= MAX_KEY_SIZE and self._inner._open:
+        if (
+            ov is not None
+            and type(k) is bytes
+            and 0 < len(k) <= MAX_KEY_SIZE
+            and self._inner.is_open
+        ):
             v = ov.mem.get(k, NOT_FOUND)
             if v is NOT_FOUND:
                 if ov.layered:
@@ -358,10 +365,10 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
                     if v is not NOT_FOUND:
                         return v  # type: ignore[return-value]
                 p = self._lmdb
-                if p is not None and p._rtxn is not None:
-                    h = p._rdbs.get(self._db)
+                if p is not None and p.writer_txn is not None:
+                    h = p.writer_handles.get(self._db)
                     if h is not None:
-                        return p._rtxn.get(k, None, h)  # type: ignore[no-any-return]
+                        return p.writer_txn.get(k, None, h)  # type: ignore[return-value]
                 return self._committed_get(self._db, k)  # type: ignore[no-any-return]
             return v  # type: ignore[return-value]
         return super().get(key)
@@ -392,7 +399,7 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
             and type(k) is bytes
             and 0 < len(k) <= MAX_KEY_SIZE
             and (v is None or type(v) is bytes)
-            and self._inner._open
+            and self._inner.is_open
         ):
             ov.put(k, v)  # what BytesKeyValueStore.put does with these arguments
             return

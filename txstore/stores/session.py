@@ -75,7 +75,7 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         if type(inner) is RowsIterator:
             windowed, decode = self._windowed, self._decode
             items = [KeyValue(windowed(k), decode(v)) for k, v in inner.rows]
-            return decoded_iterator(items, inner._store)
+            return decoded_iterator(items, inner.store)
         return KeyValueIterator(inner, self._windowed, self._decode)
 
     @overload
@@ -127,7 +127,7 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
     def _find(self, args: tuple[Any, ...], reverse: bool) -> KeyValueIterator[Windowed[K], V]:
         inner = self._inner
         if len(args) == 2:
-            if inner._store.persistent:
+            if inner.store.persistent:
                 raise UnsupportedOperationError(_UNSUPPORTED)
             t0 = to_millis("earliest_session_end", args[0])
             t1 = to_millis("latest_session_end", args[1])

@@ -44,6 +44,7 @@ from itertools import compress
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from txstore.bytestores.adapters import FormatAdapter
+from txstore.bytestores.segment_reads import SegmentedStoreState
 from txstore.bytestores.segments import (
     RowsIterator,
     SegmentedBytesStore,
@@ -134,10 +135,10 @@ class DecodedIterator(_Compress, KeyValueIterator[K, V]):
     its position.
     """
 
-    __slots__ = ("_it", "_items", "_store")
-    _it: Any
-    _items: list[Any]
-    _store: SegmentedBytesStore
+    __slots__ = ("items", "items_iter", "store")
+    items_iter: Any  # the list iterator over ``items`` that the ``compress`` reads
+    items: list[Any]  # the pairs, emptied when the iterator is closed
+    store: SegmentedStoreState  # the store they were read from: they end when it closes
 
     if TYPE_CHECKING:
 
@@ -149,17 +150,17 @@ class DecodedIterator(_Compress, KeyValueIterator[K, V]):
         __enter__ = compress.__iter__  # returns the iterator itself, in C
 
     def has_next(self) -> bool:
-        return self._store._open and bool(self._it.__length_hint__() > 0)
+        return self.store.is_open and bool(self.items_iter.__length_hint__() > 0)
 
     def peek_next_key(self) -> K | None:
         if not self.has_next():
             return None
-        items = self._items
-        key: K = items[len(items) - self._it.__length_hint__()].key
+        items = self.items
+        key: K = items[len(items) - self.items_iter.__length_hint__()].key
         return key
 
     def close(self) -> None:
-        self._items.clear()
+        self.items.clear()
 
     if TYPE_CHECKING:
 
@@ -168,16 +169,16 @@ class DecodedIterator(_Compress, KeyValueIterator[K, V]):
     else:
 
         def __exit__(self, exc_type, exc, tb):  # three parameters: no tuple to pack
-            self._items.clear()
+            self.items.clear()
 
 
-def decoded_iterator(items: list[Any], store: SegmentedBytesStore) -> DecodedIterator[Any, Any]:
+def decoded_iterator(items: list[Any], store: SegmentedStoreState) -> DecodedIterator[Any, Any]:
     """A :class:`DecodedIterator` over ``items`` (``KeyValue`` pairs) of ``store``."""
     it = iter(items)
     self: DecodedIterator[Any, Any] = DecodedIterator(it, store.alive)
-    self._it = it
-    self._items = items
-    self._store = store
+    self.items_iter = it
+    self.items = items
+    self.store = store
     return self
 
 
@@ -261,7 +262,7 @@ class TypedSegmentedStore(Generic[K, V]):
     @property
     def stored_format(self) -> ValueFormat:
         """The value format the bytes are written in (new segments, after an upgrade)."""
-        fmt: ValueFormat = self._inner._store.format
+        fmt: ValueFormat = self._inner.store.format
         return fmt
 
     @property
@@ -273,19 +274,19 @@ class TypedSegmentedStore(Generic[K, V]):
     @property
     def retention_period(self) -> int:
         """Retention in milliseconds."""
-        r: int = self._inner._store.retention
+        r: int = self._inner.store.retention
         return r
 
     @property
     def segment_interval(self) -> int:
         """Segment interval in milliseconds (``max(retention // 2, 60000)`` by default)."""
-        i: int = self._inner._store.segment_interval
+        i: int = self._inner.store.segment_interval
         return i
 
     @property
     def persistent(self) -> bool:
         """Whether the store lives in an LMDB file (``False`` for in-memory stores)."""
-        return bool(self._inner._store.persistent)
+        return bool(self._inner.store.persistent)
 
     @property
     def committed_offset(self) -> int | None:
@@ -381,7 +382,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
 
     def _current_seq(self) -> int:
         owner = self._seq_owner
-        return 0 if owner is None else int(owner._seqnum)
+        return 0 if owner is None else int(owner.seqnum)
 
     def _windowed(self, raw: bytes) -> Windowed[K]:
         n = len(raw) - 12
@@ -393,7 +394,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         if type(inner) is RowsIterator:  # its values are never None
             decode, unpack, new = self._plain_decode or self._decode, _Q.unpack_from, tuple.__new__
             items = [new(KeyValue, (unpack(k, len(k) - 12)[0], decode(v))) for k, v in inner.rows]
-            return decoded_iterator(items, inner._store)
+            return decoded_iterator(items, inner.store)
         return KeyValueIterator(inner, _start_of, self._decode)
 
     def _ranged(self, inner: BytesIterator) -> KeyValueIterator[Windowed[K], V]:
@@ -492,12 +493,12 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
                 items = self._decode_rows(rows, n)  # the serde raises its own decode error
         else:
             items = self._decode_rows(rows, n)
-        store = inner._store
+        store = inner.store
         it = iter(items)  # decoded_iterator(items, store), inlined
         self_it: DecodedIterator[int, V] = DecodedIterator(it, store.alive)
-        self_it._it = it
-        self_it._items = items
-        self_it._store = store
+        self_it.items_iter = it
+        self_it.items = items
+        self_it.store = store
         return self_it
 
     def _decode_rows(self, rows: list[Row], n: int) -> list[Any]:
@@ -575,7 +576,16 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
     ) -> None:
         super().__init__(inner, key_serde, codec, adapter, window_size, self)
         self.retain_duplicates = retain_duplicates
-        self._seqnum = 0
+        self.seqnum = 0  # of the last put (retain_duplicates); a restore continues it
+
+    @property
+    def _seqnum(self) -> int:
+        """:attr:`seqnum` by its former name (``txstore.runtime.windowed_tables`` sets it)."""
+        return self.seqnum
+
+    @_seqnum.setter
+    def _seqnum(self, value: int) -> None:
+        self.seqnum = value
 
     def put(self, key: K, value: V | None, window_start_timestamp: int) -> None:
         """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``.
@@ -591,8 +601,8 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
                 # layer still logs it, as ChangeLoggingWindowBytesStore does
                 self._inner.put_skipped_null(kb, ts)
                 return
-            self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
-        self._inner.put_at(kb + _QI.pack(ts, self._seqnum), ts, raw)
+            self.seqnum = (self.seqnum + 1) & 0x7FFFFFFF
+        self._inner.put_at(kb + _QI.pack(ts, self.seqnum), ts, raw)
 
     def read_committed(self) -> ReadOnlyWindowStore[K, V]:
         """A read-only view of committed data (KIP-892's read-committed isolation), usable

@@ -1,0 +1,177 @@
+"""The write half of a :class:`~txstore.engine.partition.Partition`: write transactions (each
+one replayed on a doubled map when LMDB reports the map full), the commit of overlays with their
+offsets, store metadata, the write-through path of non-transactional stores, and the database
+handles opened or dropped inside a write transaction (see the handle rules in
+:mod:`txstore.engine.partition_reads`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import lmdb
+
+from txstore import faults
+from txstore.engine.iterators import Row
+from txstore.engine.lmdb_env import (
+    META_PREFIX,
+    OFFSET,
+    OFFSET_PREFIX,
+    DbHandle,
+    apply_chunks,
+    apply_rows,
+)
+from txstore.engine.partition_reads import PartitionReads
+from txstore.errors import StorageError
+
+__all__ = ["PartitionWrites"]
+
+
+class PartitionWrites(PartitionReads):
+    """The writes of an LMDB partition, on top of its reads;
+    :class:`~txstore.engine.partition.Partition` adds the lifecycle (never used on its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._new_dbs: dict[bytes, DbHandle] = {}  # handles opened by the open write txn
+        self._dbi_locked = False  # the open write txn holds the environment's dbi_lock
+        self._meta: DbHandle | None = None  # the metadata database's handle, once open
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[Any], None], exclusive: bool, estimate: int) -> None:
+        """Run ``fn(txn)`` in a write txn and commit; on a full map grow and replay it."""
+        sh = self._sh
+        assert sh is not None
+        self._end_reader()
+        while True:
+            with sh.gate.exclusive() if exclusive else contextlib.nullcontext():
+                txn = sh.env.begin(write=True)
+                try:
+                    fn(txn)
+                    txn.commit()
+                    sh.publish(self._new_dbs)
+                    if self.write_generation is not None:
+                        self.write_generation += 1
+                    return
+                except lmdb.MapFullError:
+                    with contextlib.suppress(lmdb.Error):
+                        txn.abort()
+                except BaseException as exc:
+                    with contextlib.suppress(lmdb.Error):
+                        txn.abort()
+                    if isinstance(exc, lmdb.Error):
+                        raise StorageError(f"LMDB write failed in {self.path!r}: {exc}") from exc
+                    raise
+                finally:
+                    self._new_dbs = {}  # handles opened by an aborted txn are gone
+                    if self._dbi_locked:
+                        self._dbi_locked = False
+                        sh.dbi_lock.release()
+            self._grow(estimate)
+
+    def _grow(self, estimate: int) -> None:
+        sh = self._sh
+        assert sh is not None
+        with sh.gate.exclusive():
+            size = sh.env.info()["map_size"]
+            new = max(2 * size, size + estimate)
+            new += -new % 4096
+            sh.env.set_mapsize(new)
+
+    def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
+        self._check_writable()
+        raw = json.dumps(meta, sort_keys=True).encode()
+
+        def fn(txn: Any) -> None:
+            txn.put(META_PREFIX + name.encode(), raw, db=self._meta)
+            self._write_handle(txn, self.db_name(name))
+
+        self._write(fn, False, len(raw))
+
+    def _apply(self, offsets: dict[str, int]) -> None:
+        assert self.overlay is not None
+        dbs = [ov for name in offsets for ov in self.overlay.dbs(name)]
+        exclusive = any(ov.dropped for ov in dbs)
+        estimate = sum(ov.uncommitted_bytes() for ov in dbs)
+
+        def fn(txn: Any) -> None:
+            for ov in dbs:
+                if ov.dropped:
+                    self._drop_in(txn, ov.name)
+                chunks = ov.sorted_chunks()
+                first = next(chunks, None)
+                if first is not None:
+                    cur = txn.cursor(self._write_handle(txn, ov.name))
+                    apply_chunks(cur, first, chunks, ov.may_hold_tombstones)
+            faults.point("partition.mid_commit")  # data written, offsets not, txn not committed
+            for name, offset in offsets.items():
+                txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=self._meta)
+
+        self._write(fn, exclusive, estimate)
+
+    def _drop_in(self, txn: Any, db: bytes) -> None:
+        """Delete the database ``db`` (if it exists) inside the write transaction ``txn``."""
+        h = self._write_handle(txn, db, create=False)
+        if h is not None:
+            self._hold_dbi_lock()  # mdb_drop closes the handle at once
+            txn.drop(h, delete=True)
+            assert self._sh is not None
+            self._sh.forget(db)
+            self._new_dbs.pop(db, None)
+
+    def write_through_dbs(
+        self, writes: Mapping[bytes, list[Row]], drops: Sequence[bytes] = ()
+    ) -> None:
+        self._check_writable()
+        ordered = {db: sorted(rows, key=lambda r: r[0]) for db, rows in writes.items()}
+
+        def fn(txn: Any) -> None:
+            for db in drops:
+                self._drop_in(txn, db)
+            for db, rows in ordered.items():
+                apply_rows(txn.cursor(self._write_handle(txn, db)), rows)
+
+        estimate = sum(len(k) + len(v or b"") + 16 for rows in writes.values() for k, v in rows)
+        self._write(fn, bool(drops), estimate)
+
+    def write_through(self, db: bytes, rows: list[Row]) -> None:
+        self._check_writable()
+        ordered = sorted(rows, key=lambda r: r[0])  # stable: the last write of a key wins
+
+        def fn(txn: Any) -> None:
+            apply_rows(txn.cursor(self._write_handle(txn, db)), ordered)
+
+        self._write(fn, False, sum(len(k) + len(v or b"") + 16 for k, v in rows))
+
+    def record_offset(self, store: str, offset: int) -> None:
+        self.commit_stores({store: offset})
+        assert self._sh is not None
+        self._sh.env.sync(True)
+
+    # -- handles in write transactions ---------------------------------------------------------
+
+    def _write_handle(self, txn: Any, db: bytes, create: bool = True) -> Any:
+        """The handle of ``db`` inside the write transaction ``txn`` (created if asked)."""
+        sh = self._sh
+        assert sh is not None
+        h = sh.dbs.get(db)
+        if h is None:
+            h = self._new_dbs.get(db)
+        if h is None:
+            self._hold_dbi_lock()
+            try:
+                h = sh.env.open_db(db, txn=txn, create=create)
+            except lmdb.NotFoundError:
+                return None
+            self._new_dbs[db] = h
+        return h
+
+    def _hold_dbi_lock(self) -> None:
+        if not self._dbi_locked:
+            assert self._sh is not None
+            self._sh.dbi_lock.acquire()
+            self._dbi_locked = True

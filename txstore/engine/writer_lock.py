@@ -1,0 +1,112 @@
+"""The writer lock of a partition directory: ``writer.lock``, ``flock``-ed exclusively by the one
+process that has the partition open for writing, for its lifetime (the OS drops the lock when
+that process dies, even by SIGKILL). Inspectors ask whether a writer is alive with
+:func:`writer_probe`; :class:`~txstore.engine.partition.Partition` takes the lock with
+:func:`lock_writer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Final
+
+from txstore.errors import InvalidStateStoreError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["INSPECTOR_WAIT_S", "WRITER_LOCK", "lock_writer", "writer_probe"]
+
+WRITER_LOCK: Final = "writer.lock"
+"""The file of a partition directory its writer ``flock``s exclusively for its lifetime."""
+INSPECTOR_WAIT_S: Final = 5.0
+"""How long an opening writer waits while ``writer.lock`` is held *shared*, by inspectors
+(:func:`writer_probe`, each for a moment). An exclusive holder (another writer) fails it at
+once."""
+
+
+@contextlib.contextmanager
+def writer_probe(path: str | os.PathLike[str]) -> Iterator[bool | None]:
+    """Whether a process has the partition directory ``path`` open for writing; for inspectors
+    that may run next to a live writer (``txstore check``).
+
+    Yields True if one has: its exclusive ``flock`` of ``writer.lock`` is held, and the OS
+    releases that lock when the process dies, even by SIGKILL. Yields False if none has; then
+    none can open it until the ``with`` block ends (the probe holds the lock shared and an
+    opening writer waits for it, up to :data:`INSPECTOR_WAIT_S`), so whatever the block finds
+    in the directory was left by writers that are gone. Keep the block short. Yields None when
+    this cannot be told (no ``flock``: Windows, some network filesystems). Never creates the
+    lock file: without one, no writer ever opened the partition (False).
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        yield None
+        return
+    try:
+        fd = os.open(os.path.join(os.fspath(path), WRITER_LOCK), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield False
+        return
+    except OSError:
+        yield None
+        return
+    try:
+        alive: bool | None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            alive = False
+        except BlockingIOError:
+            alive = True
+        except OSError:
+            alive = None
+        yield alive
+    finally:
+        os.close(fd)  # releases the shared lock
+
+
+def lock_writer(path: str) -> int | None:
+    """Take the writer lock of the partition directory ``path`` for the caller's lifetime: the
+    open descriptor of ``writer.lock`` (close it to release the lock), or None where there is
+    no ``flock`` (Windows: LMDB's own writer lock only). Raises ``InvalidStateStoreError`` if
+    another writer holds it."""
+    if fcntl is None:  # pragma: no cover - Windows: LMDB's own writer lock only
+        return None
+    fd = os.open(os.path.join(path, WRITER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock_exclusive(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lock_exclusive(fd: int, path: str) -> None:
+    """Take the writer lock on ``fd``, waiting out inspectors that hold it shared for a moment
+    (:func:`writer_probe`); raise ``InvalidStateStoreError`` if another writer holds it."""
+    deadline = time.monotonic() + INSPECTOR_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            held = exc
+        # Held exclusively (another writer, for its lifetime) or shared (inspectors): a shared
+        # request succeeds only in the second case.
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            raise InvalidStateStoreError(
+                f"partition {path!r} is open for writing by another process; open it with "
+                "readonly=True, or stop that process"
+            ) from held
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        if time.monotonic() >= deadline:
+            raise InvalidStateStoreError(
+                f"partition {path!r}: inspecting processes (txstore check) kept its "
+                f"{WRITER_LOCK} locked for {INSPECTOR_WAIT_S:g} s; stop them and open it again"
+            ) from held
+        time.sleep(0.002)
