@@ -69,6 +69,7 @@ from txstore.engine.partition import Partition
 from txstore.engine.partition_reads import LmdbSnapshot
 from txstore.errors import InvalidArgumentError, InvalidTypeError, StorageError
 from txstore.runtime.statedir import partition_dirs
+from txstore.version import __version__
 
 __all__ = [
     "MANIFEST_NAME",
@@ -358,12 +359,6 @@ def _now() -> str:
     )
 
 
-def _version() -> str:
-    from txstore import __version__
-
-    return __version__
-
-
 def _check_dest(dest: str | os.PathLike[str]) -> Path:
     if not isinstance(dest, (str, os.PathLike)):
         raise InvalidTypeError(f"snapshot destination must be a path, got {type(dest).__name__}")
@@ -500,7 +495,7 @@ def snapshot_partition(
                 _now(),
                 os.path.abspath(p.path or ""),
                 (cut,),
-                _version(),
+                __version__,
             )
             return _finish(work, d, manifest)
     finally:
@@ -555,7 +550,7 @@ def snapshot_state_dir(
             _now(),
             os.path.abspath(state_dir),
             tuple(cuts),
-            _version(),
+            __version__,
         )
         return _finish(work, d, manifest)
 
