@@ -19,7 +19,13 @@ classification of differences), :mod:`~txstore.crashtest.writer` and
 :mod:`~txstore.crashtest.reader` (the child processes), :mod:`~txstore.crashtest.driver` and
 :mod:`~txstore.crashtest.plan` (the kill loop), :mod:`~txstore.crashtest.report` and
 :mod:`~txstore.crashtest.plot` (output), :mod:`~txstore.crashtest.wipe` (recovery versus
-wipe-and-replay).
+wipe-and-replay, its steps in :mod:`~txstore.crashtest.wipe_steps`), and
+:mod:`~txstore.crashtest.replay` (the command line that replays a run). The modules run as
+child processes (``writer``, ``reader``, ``wipe_steps``) are not imported by this package.
+
+May import: ``txstore.runtime`` and below; matplotlib only inside
+:func:`~txstore.crashtest.plot.plot_report` (optional). Never ``txstore.queries``,
+``txstore.spark`` or ``txstore.cli`` (which imports it).
 """
 
 from __future__ import annotations
@@ -37,10 +43,12 @@ from txstore.crashtest.driver import (
     make_workdir,
     remove_workdir,
 )
+from txstore.crashtest.plot import plot_report
 from txstore.crashtest.replay import replay_command
 from txstore.crashtest.report import CrashtestReport, Progress
-from txstore.crashtest.specs import StoreModel, StoreSpec
-from txstore.crashtest.workload import Rec, StandardWorkload, Workload
+from txstore.crashtest.specs import Rec, StoreModel, StoreSpec
+from txstore.crashtest.wipe import measure_recovery_vs_wipe
+from txstore.crashtest.workload import StandardWorkload, Workload
 
 __all__ = [
     "CrashtestConfig",
@@ -81,8 +89,6 @@ def run(config: CrashtestConfig | None = None, **overrides: Any) -> CrashtestRep
         raise
     progress.close()
     if report.ok and config.wipe_sizes:
-        from txstore.crashtest.wipe import measure_recovery_vs_wipe
-
         try:
             report.wipe = measure_recovery_vs_wipe(
                 list(config.wipe_sizes),
@@ -129,8 +135,6 @@ def _write_outputs(report: CrashtestReport, out: Path, plot: bool) -> None:
     json_path = out / "crashtest.json"
     report.files["json report"] = str(json_path)
     if plot:
-        from txstore.crashtest.plot import plot_report
-
         png = out / "crashtest.png"
         if plot_report(report, png):
             report.files["plot"] = str(png)

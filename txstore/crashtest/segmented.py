@@ -11,18 +11,15 @@ the front.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from txstore.codecs import ValueFormat
-from txstore.crashtest.specs import StoreModel, StoreSpec
+from txstore.crashtest.specs import Rec, StoreModel, StoreSpec
+from txstore.runtime.database import Database
 from txstore.runtime.task import Task
 from txstore.stores.factories import Stores
 from txstore.stores.serdes import Serdes
 from txstore.types import Headers, SessionWindow, TimeWindow, ValueAndHeaders, Windowed
-
-if TYPE_CHECKING:
-    from txstore.crashtest.workload import Rec
-    from txstore.runtime.database import Database
 
 __all__ = ["EventsWindowSpec", "SessionCountSpec", "WindowCountSpec"]
 

@@ -15,26 +15,37 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from txstore.codecs import ValueFormat
+from txstore.runtime.database import Database
 from txstore.runtime.task import Task
 from txstore.stores.factories import Stores
 from txstore.stores.serdes import Serdes
 from txstore.types import Headers, ValueTimestampHeaders
 
-if TYPE_CHECKING:
-    from txstore.crashtest.workload import Rec
-    from txstore.runtime.database import Database
-
 __all__ = [
     "CountsSpec",
     "Entry",
     "LatestSpec",
+    "Rec",
     "StoreModel",
     "StoreSpec",
     "segmented_available",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Rec:
+    """Input record ``i``: what every store spec applies (a
+    :class:`~txstore.crashtest.workload.Workload` makes them)."""
+
+    i: int
+    key: str
+    ts: int
+    delete: bool
+    payload: str
 
 
 def segmented_available() -> bool:

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import txstore
 from txstore.changelog.log import FileChangelog
 from txstore.crashtest.common import POSITION_KEY, POSITION_STORE, RunConfig
 from txstore.crashtest.model import Check, Finding, Model, compare_store
 from txstore.crashtest.workload import Workload
+from txstore.runtime.database import Database
 from txstore.stores.serdes import Serdes
 
 __all__ = ["Observation", "StateReader", "check_changelogs", "check_state"]
@@ -50,7 +50,7 @@ class StateReader:
 
     def __init__(self, config: RunConfig, workload: Workload) -> None:
         self.specs = workload.stores()
-        self.db = txstore.open(config.path, readonly=True)
+        self.db = Database(config.path, readonly=True)
         try:
             self.stores = {spec.name: spec.open_readonly(self.db) for spec in self.specs}
             self.position = self.db.key_value_store(POSITION_STORE, Serdes.string(), Serdes.long())

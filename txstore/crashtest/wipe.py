@@ -21,7 +21,7 @@ Steps 3-4 repeat ``repeats`` times; the medians are reported. Both sides run wit
 cache (the files were just written or copied); on a cold cache the wipe also reads the whole
 changelog from disk.
 
-Run one step by hand: ``python -m txstore.crashtest.wipe build|crash|recover|wipe PATH [N]``.
+The steps are in :mod:`txstore.crashtest.wipe_steps`, the module each child process runs.
 """
 
 from __future__ import annotations
@@ -30,100 +30,20 @@ import os
 import shutil
 import signal
 import statistics
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txstore.crashtest.common import emit
 from txstore.crashtest.procs import Child
 from txstore.crashtest.report import WipeResult, size_label
-from txstore.runtime.task import Task
-from txstore.stores.factories import Stores
-from txstore.stores.kv import KeyValueStore
-from txstore.stores.serdes import Serdes
-from txstore.types import Headers, ValueTimestampHeaders
 
-__all__ = ["main", "measure_recovery_vs_wipe"]
-
-_STORE = "state"
-_CHUNK = 10_000
-_COMMIT_EVERY = 50_000
-
-
-def _open(path: str) -> tuple[Task, KeyValueStore[str, Any]]:
-    task = Task(path)
-    store = task.key_value_store(
-        Stores.timestamped_key_value_store_with_headers_builder(
-            Stores.persistent_timestamped_key_value_store_with_headers(_STORE),
-            Serdes.string(),
-            Serdes.string(),
-        )
-    )
-    return task, store
-
-
-def _value(i: int, ts: int) -> ValueTimestampHeaders[str]:
-    return ValueTimestampHeaders(f"{i:012d}" + "v" * 88, ts, Headers([("i", str(i).encode())]))
-
-
-def _build(path: str, keys: int) -> None:
-    started = time.perf_counter()
-    task, store = _open(path)
-    with task:
-        task.initialize()
-        done = 0
-        while done < keys:
-            n = min(_CHUNK, keys - done)
-            store.put_all([(f"key{i:010d}", _value(i, i)) for i in range(done, done + n)])
-            done += n
-            if done % _COMMIT_EVERY == 0 or done == keys:
-                task.commit(done)
-        task.clean_changelogs()
-    emit("built", keys=keys, seconds=time.perf_counter() - started)
-
-
-def _crash(path: str, tail: int) -> None:
-    task, store = _open(path)
-    task.initialize()
-    position = task.input_position or 0
-    step = 7919  # spread the updates over the key space
-    keys = max(position, 1)
-    store.put_all(
-        [(f"key{(j * step) % keys:010d}", _value(position + j, position + j)) for j in range(tail)]
-    )
-    task.commit(position + tail)  # SIGKILLed at task.after_changelog_commit (armed)
-    emit("not-killed")
-
-
-def _recover(path: str, wipe: bool) -> None:
-    started = time.perf_counter()
-    if wipe:
-        shutil.rmtree(os.path.join(path, "data"))
-    task, _ = _open(path)
-    with task:
-        report = task.initialize()
-    emit("recovered", ms=(time.perf_counter() - started) * 1000, restored=report.restored[_STORE])
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    op, path = args[0], args[1]
-    if op == "build":
-        _build(path, int(args[2]))
-    elif op == "crash":
-        _crash(path, int(args[2]))
-    elif op in ("recover", "wipe"):
-        _recover(path, op == "wipe")
-    else:
-        print(f"unknown step {op!r}: build, crash, recover or wipe", file=sys.stderr)
-        return 2
-    return 0
+__all__ = ["measure_recovery_vs_wipe"]
 
 
 def _child(workdir: Path, op: str, path: Path, *args: str, faults: str = "") -> dict[str, Any]:
-    child = Child("txstore.crashtest.wipe", [op, str(path), *args], workdir / "wipe.stderr", faults)
+    child = Child(
+        "txstore.crashtest.wipe_steps", [op, str(path), *args], workdir / "wipe.stderr", faults
+    )
     rc = child.wait()
     events = child.drain()
     if op == "crash":
@@ -203,7 +123,3 @@ def measure_recovery_vs_wipe(
         shutil.rmtree(path, ignore_errors=True)
         shutil.rmtree(saved, ignore_errors=True)
     return results
-
-
-if __name__ == "__main__":
-    sys.exit(main())

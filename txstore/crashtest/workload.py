@@ -1,12 +1,13 @@
 """Workloads: a deterministic, seeded input stream, the stores it writes, and its model.
 
-A :class:`Workload` turns input record ``i`` into a :class:`Rec` (key, event time, whether it
-deletes, a payload), a pure function of the seed and ``i``. Each store of the workload is a
-:class:`~txstore.crashtest.specs.StoreSpec`, which knows how to open the store in a
-:class:`~txstore.runtime.task.Task` (change-logged) or read-only in another process, how the writer
-applies a record to it, and how the model applies the same record to plain dictionaries. The
-commit points are a pure function of ``i`` as well, so the state committed at input position
-``n`` is known without looking at any store: the model applies records ``0 .. n-1``.
+A :class:`Workload` turns input record ``i`` into a :class:`~txstore.crashtest.specs.Rec`
+(key, event time, whether it deletes, a payload), a pure function of the seed and ``i``. Each
+store of the workload is a :class:`~txstore.crashtest.specs.StoreSpec`, which knows how to open
+the store in a :class:`~txstore.runtime.task.Task` (change-logged) or read-only in another
+process, how the writer applies a record to it, and how the model applies the same record to
+plain dictionaries. The commit points are a pure function of ``i`` as well, so the state
+committed at input position ``n`` is known without looking at any store: the model applies
+records ``0 .. n-1``.
 
 To crash-test your own stores, subclass :class:`Workload` (``stores`` and maybe ``record``)
 and run ``txstore crashtest --workload your.module:YourWorkload``; see ``docs/crashtest.md``.
@@ -22,13 +23,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from txstore.crashtest.segmented import EventsWindowSpec, SessionCountSpec, WindowCountSpec
 from txstore.crashtest.specs import (
     CountsSpec,
     LatestSpec,
+    Rec,
     StoreModel,
     StoreSpec,
     segmented_available,
@@ -60,17 +61,6 @@ def mix64(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
     return x ^ (x >> 31)
-
-
-@dataclass(frozen=True, slots=True)
-class Rec:
-    """Input record ``i``: what every store spec applies."""
-
-    i: int
-    key: str
-    ts: int
-    delete: bool
-    payload: str
 
 
 class Workload:
