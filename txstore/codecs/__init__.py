@@ -12,7 +12,11 @@ Every function here works on ``bytes`` and produces exactly the bytes Kafka Stre
 
 Decoders never read past their input: truncated, oversized or malformed input raises
 :class:`~txstore.errors.SerializationError`; a wrong argument type raises
-:class:`~txstore.errors.InvalidTypeError`.
+:class:`~txstore.errors.InvalidTypeError`. Any bytes-like input (``bytearray``, a contiguous
+``memoryview`` or ``array``) is taken as its bytes, whatever its item size.
+
+May import: ``txstore.errors`` and ``txstore.types`` (and the C library ``txstore._codecs``);
+every other layer may import it.
 
 >>> encode_varint(-65).hex()
 '8101'

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from txstore.runtime import admin
+from txstore.spark import register
+from txstore.spark.export import local_session
 
 #: Session-length buckets (minutes, upper bounds) for the distribution.
 BUCKETS = (1, 5, 15, 30, 60, 120)
@@ -33,12 +35,9 @@ def spark_analytics(snapshot_dir: Path, top: int = 10) -> dict[str, Any]:
     """Top pages by views and session-length buckets, computed by Spark over the snapshot."""
     from pyspark.sql import functions as F
 
-    import txstore.spark
-    from txstore.spark.export import local_session
-
     spark = local_session("local[2]", "txstore-demo")
     try:
-        txstore.spark.register(spark)
+        register(spark)
         views = spark.read.format("txstore").option("store", "page-views").load(str(snapshot_dir))
         top_pages = (
             views.groupBy("key")
@@ -116,11 +115,3 @@ def chart(result: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-if __name__ == "__main__":
-    # python -m txstore.demo.analytics SNAPSHOT_DIR RESULT_JSON
-    import json
-    import sys
-
-    Path(sys.argv[2]).write_text(json.dumps(spark_analytics(Path(sys.argv[1]))))

@@ -30,9 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from txstore.demo import analytics as an
 from txstore.demo import pipeline as pl
 from txstore.demo.codec_checks import run_codec_demo
+from txstore.queries import QueryClient
 from txstore.runtime import admin
+from txstore.runtime.snapshot import snapshot_state_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,7 +104,8 @@ class Demo:
             [
                 sys.executable,
                 "-m",
-                "txstore.demo.pipeline",
+                "txstore.demo.child",
+                "worker",
                 str(self.state),
                 str(partition),
                 str(self.inputs),
@@ -218,8 +222,6 @@ class Demo:
     # ---- 5. queries -------------------------------------------------------------------------
 
     def serve(self, by_partition: list[list[pl.Event]]) -> None:
-        from txstore.queries import QueryClient
-
         self.step(5, "interactive queries over HTTP from two instances")
         ports = [_free_port(), _free_port()]
         hosts = [f"127.0.0.1:{port}" for port in ports]
@@ -318,7 +320,7 @@ class Demo:
         of the demo's output (it is shown if Spark fails)."""
         out = self.out / "spark-result.json"
         proc = subprocess.run(
-            [sys.executable, "-m", "txstore.demo.analytics", str(snap), str(out)],
+            [sys.executable, "-m", "txstore.demo.child", "spark", str(snap), str(out)],
             env=self.env,
             capture_output=True,
             text=True,
@@ -334,9 +336,6 @@ class Demo:
     # ---- 6. snapshot + Spark ----------------------------------------------------------------
 
     def analytics(self) -> None:
-        from txstore.demo import analytics as an
-        from txstore.runtime.snapshot import snapshot_state_dir
-
         self.step(6, "snapshot + Spark analytics")
         snap = self.out / "snapshot"
         t0 = time.perf_counter()

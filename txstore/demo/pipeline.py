@@ -20,26 +20,25 @@ store, so the demo can check that the stores are exactly right after a crash.
 from __future__ import annotations
 
 import json
-import os
 import random
-import sys
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txstore import (
+from txstore.codecs import partition_for_key
+from txstore.runtime.statedir import partition_path
+from txstore.runtime.task import Task
+from txstore.stores.factories import Stores
+from txstore.stores.serdes import Serdes
+from txstore.types import (
     Headers,
-    Serdes,
     SessionWindow,
-    Stores,
     ValueAndHeaders,
     ValueTimestampHeaders,
     Windowed,
 )
-from txstore.codecs import partition_for_key
-from txstore.runtime.statedir import partition_path
-from txstore.runtime.task import Task
 
 WINDOW_MS = 60_000
 RETENTION_MS = 24 * 3600 * 1000
@@ -144,8 +143,6 @@ def run_worker(state_dir: Path, partition: int, input_dir: Path, pace_ms: float 
     """Process partition ``partition`` from its committed input position to the end of its
     input, committing every :data:`COMMIT_EVERY` events (``pace_ms`` sleeps per batch, so a
     demo can kill a worker mid-stream)."""
-    import time
-
     events = read_input(input_dir / f"input-{partition}.jsonl")
     with open_task(state_dir, partition) as task:
         report = task.initialize()
@@ -221,13 +218,3 @@ def actual(task: Task) -> dict[str, Any]:
         for kv in it:
             sessions[(kv.key.key, kv.key.window.start, kv.key.window.end)] = kv.value
     return {"user-totals": totals, "page-views": views, "sessions": sessions}
-
-
-if __name__ == "__main__":
-    # python -m txstore.demo.pipeline STATE_DIR PARTITION INPUT_DIR [PACE_MS]
-    run_worker(
-        Path(sys.argv[1]),
-        int(sys.argv[2]),
-        Path(sys.argv[3]),
-        float(sys.argv[4]) if len(sys.argv) > 4 else float(os.environ.get("DEMO_PACE_MS", "0")),
-    )

@@ -9,6 +9,10 @@
   a key's owner through any instance and queries it.
 
 See ``docs/queries.md``.
+
+May import: ``txstore.runtime`` and below. Its modules never import
+:mod:`txstore.queries.http` (this ``__init__`` re-exports :class:`QueryServer` and
+:class:`QueryClient` from it), nor ``txstore.spark`` or ``txstore.crashtest``.
 """
 
 from __future__ import annotations

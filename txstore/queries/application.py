@@ -88,6 +88,7 @@ from txstore.queries.types import (
     StreamsMetadata,
     ThreadState,
 )
+from txstore.queries.windowed import composite_for
 
 __all__ = ["Application"]
 
@@ -363,8 +364,6 @@ class Application(PartitionHosting):
         kind = params.queryable_store_type.kind  # Kafka: the type creates the composite
         if kind == "key_value":
             return CompositeReadOnlyKeyValueStore(params, self, spec.key_serde)
-        from txstore.queries.windowed import composite_for
-
         return composite_for(kind, params, self, spec.key_serde)
 
     def resolve_readers(self, params: StoreQueryParameters) -> tuple[int, Resolved]:

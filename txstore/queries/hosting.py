@@ -32,7 +32,9 @@ from txstore.queries.local import HostedPartition
 from txstore.queries.membership import Assignment, Membership
 from txstore.queries.specs import StoreSpec
 from txstore.queries.types import HostInfo, State, ThreadState
+from txstore.runtime.database import Database
 from txstore.runtime.statedir import partition_path
+from txstore.runtime.task import Task
 
 __all__ = ["PartitionHosting", "PartitionWriter"]
 
@@ -275,8 +277,6 @@ class PartitionHosting(Lifecycle):
         self._publish(role, p, None)
 
     def _open_active(self, p: int, deadline: float) -> HostedPartition | None:
-        from txstore.runtime.task import Task
-
         path = partition_path(self.state_dir, p)
         path.mkdir(parents=True, exist_ok=True)
         delay = 0.005
@@ -300,8 +300,6 @@ class PartitionHosting(Lifecycle):
         return HostedPartition(p, task=task, stores=stores, running=self._running)
 
     def _open_standby(self, p: int) -> HostedPartition | None:
-        from txstore.runtime.database import Database
-
         path = partition_path(self.state_dir, p)
         if not (path / "data" / "data.mdb").is_file():
             return None  # never written yet: nothing to serve

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.runtime.catalog import stored_format
 from txstore.runtime.statedir import partition_dirs
@@ -68,8 +69,6 @@ def builder_from_meta(name: str, meta: dict[str, Any]) -> Any:
 def builders_from_state_dir(state_dir: str | os.PathLike[str]) -> list[Any]:
     """Builders of every store found in the partitions of ``state_dir`` (read-only opens;
     stores missing from some partitions are taken from the others)."""
-    from txstore.engine.partition import Partition
-
     found: dict[str, dict[str, Any]] = {}
     for path in partition_dirs(state_dir).values():
         if not (path / "data" / "data.mdb").is_file():

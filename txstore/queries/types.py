@@ -22,6 +22,9 @@ from typing import Any, ClassVar, NamedTuple
 
 from txstore.codecs import ValueFormat
 from txstore.errors import InvalidArgumentError, InvalidTypeError
+from txstore.stores.kv import ReadOnlyKeyValueStore
+from txstore.stores.session import ReadOnlySessionStore
+from txstore.stores.window import ReadOnlyWindowStore
 from txstore.types import (
     AggregationWithHeaders,
     ValueAndHeaders,
@@ -130,10 +133,6 @@ class ThreadState(enum.Enum):
 def store_kind_and_format(store: object) -> tuple[str, ValueFormat] | None:
     """``(kind, value format)`` of a typed store (``"key_value"``, ``"window"``,
     ``"session"``), or None for anything else."""
-    from txstore.stores.kv import ReadOnlyKeyValueStore
-    from txstore.stores.session import ReadOnlySessionStore
-    from txstore.stores.window import ReadOnlyWindowStore
-
     codec = getattr(store, "codec", None)
     if codec is None:
         return None

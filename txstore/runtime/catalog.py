@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from txstore import codecs
+from txstore.bytestores.schemas import SessionKeySchema, WindowKeySchema
+from txstore.bytestores.segments import SegmentedBytesStore, SegmentedReadCommittedView
+from txstore.bytestores.upgrade import UpgradingBytesKeyValueStore, UpgradingReadCommittedView
 from txstore.codecs import ValueFormat
 from txstore.engine.base import PartitionBase, Snapshot
 from txstore.errors import InvalidArgumentError
@@ -94,19 +97,11 @@ def open_view(
         raise InvalidArgumentError(f"store {name!r} has unknown kind {kind!r}")
     fmt = stored_format(meta)
     if kind == "key_value":
-        from txstore.bytestores.upgrade import (
-            UpgradingBytesKeyValueStore,
-            UpgradingReadCommittedView,
-        )
-
         legacy = [(suffix, ValueFormat[f]) for suffix, f in meta.get("legacy") or ()]
         kv = UpgradingBytesKeyValueStore(
             name, partition, fmt=fmt, data_suffix=meta.get("db"), legacy=legacy
         )
         return StoreView(kv, UpgradingReadCommittedView(kv, snapshot), meta)
-    from txstore.bytestores.schemas import SessionKeySchema, WindowKeySchema
-    from txstore.bytestores.segments import SegmentedBytesStore, SegmentedReadCommittedView
-
     store = SegmentedBytesStore(
         name,
         partition,

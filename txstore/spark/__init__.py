@@ -18,6 +18,10 @@ Two sources, registered per Spark session by :func:`register`:
 ``import txstore`` never imports this package or PySpark; importing this package does not
 import PySpark either until :func:`register` (or a data source class) is used, so the option
 parsing and planning code is usable without it.
+
+May import: ``txstore.runtime`` and below; PySpark and pyarrow in the modules that need them
+(``datasource``, ``reader``, ``schema``), which this ``__init__`` imports on first use only.
+Never ``txstore.queries`` or ``txstore.crashtest``.
 """
 
 from __future__ import annotations

@@ -16,11 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from txstore.errors import InvalidArgumentError
+from txstore.spark import SOURCE_NAME, register
 
 __all__ = ["FORMATS", "ExportResult", "export_store", "local_session"]
 
 #: Output formats: Spark's own file formats that hold every column type of a store.
 FORMATS: Final = ("parquet", "orc", "json")
+
+#: The directory holding the ``txstore`` package (``txstore/spark/export.py``, three levels
+#: up), which the Spark workers need on their ``PYTHONPATH``.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass(frozen=True)
@@ -39,11 +44,9 @@ def local_session(master: str = "local[*]", app_name: str = "txstore-export") ->
     The workers import the same txstore as this process (its directory goes first on their
     ``PYTHONPATH``).
     """
-    import txstore
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(txstore.__file__ or "")))
+    package_root = _PACKAGE_ROOT
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if package_root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([package_root, *paths])
@@ -101,10 +104,8 @@ def export_store(
         raise InvalidArgumentError(
             f"export format must be one of {', '.join(FORMATS)}, got {format!r}"
         )
-    import txstore.spark
-
-    txstore.spark.register(spark)
-    reader = spark.read.format(txstore.spark.SOURCE_NAME)
+    register(spark)
+    reader = spark.read.format(SOURCE_NAME)
     if store is not None:
         reader = reader.option("store", store)
     for key, value in (options or {}).items():
