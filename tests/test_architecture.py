@@ -89,6 +89,7 @@ def imports(module: str) -> list[tuple[str, int, bool]]:
         for child in ast.iter_child_nodes(node):
             inner = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
             names: list[str] = []
+            line = getattr(child, "lineno", 0)
             if isinstance(child, ast.Import):
                 names = [a.name for a in child.names]
             elif isinstance(child, ast.ImportFrom):
@@ -100,7 +101,7 @@ def imports(module: str) -> list[tuple[str, int, bool]]:
             for name in names:
                 target = resolve(name)
                 if target is not None and target != module:
-                    found.append((target, child.lineno, lazy))
+                    found.append((target, line, lazy))
                     break
             visit(child, inner)
 
@@ -112,7 +113,11 @@ def graph() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for module in MODULES:
         # A package's __init__ re-exporting its own children is not a dependency of design.
-        out[module] = {t for t, _, _ in imports(module) if not t.startswith(module + ".")}
+        out[module] = {
+            t
+            for t, _, _ in imports(module)
+            if not t.startswith(module + ".") and t not in COMPILED
+        }
     return out
 
 

@@ -118,7 +118,7 @@ def test_asking_again_gives_the_same_handle_or_a_typed_refusal(tmp_path: Path) -
         with pytest.raises(InvalidArgumentError, match="already open"):
             task.key_value_store(kv_builder())
     with txstore.open(tmp_path / "plain") as db:
-        kv = db.key_value_store("kv")
+        kv: Any = db.key_value_store("kv")
         assert db.store("kv") is kv
         with pytest.raises(InvalidArgumentError, match="already open"):
             db.key_value_store("kv")
