@@ -87,11 +87,13 @@ class Headers:
     [None, b'x']
     """
 
-    __slots__ = ("_headers", "_items")
+    __slots__ = ("_headers", "pairs")
 
-    # The pairs, in a list that is never changed (a list, as decoders build one: making it a
-    # tuple would cost a copy); _headers: the same as Header tuples, once made (_as_headers).
-    _items: list[tuple[str, bytes | None]]
+    #: The ``(key, value)`` pairs, in a list that is never changed (a list, as decoders build
+    #: one: making it a tuple would cost a copy). Read it, never change it: the codecs encode
+    #: from it and :meth:`from_pairs` hands a decoder's list over as it is.
+    pairs: list[tuple[str, bytes | None]]
+    # _headers: the same as Header tuples, once made (_as_headers).
     _headers: tuple[Header, ...]
 
     def __init__(self, items: Iterable[tuple[str, bytes | None]] | None = None) -> None:
@@ -113,26 +115,25 @@ class Headers:
                         f"a header value must be bytes or None, got {type(value).__name__}"
                     )
             out.append((key, value))
-        self._items = out
+        self.pairs = out
 
     @classmethod
-    def _trusted(cls, items: list[tuple[str, bytes | None]]) -> Headers:
+    def from_pairs(cls, items: list[tuple[str, bytes | None]]) -> Headers:
         """Headers over ``items`` as they are, without the constructor's checks. O(1).
 
-        Internal: for decoders that built ``items`` themselves, so every item is already a
-        pair of a ``str`` key and a ``bytes`` or ``None`` value, and that hand the list
-        over (nothing may change it afterwards). :func:`txstore.codecs.decode_headers`
-        inlines this.
+        For decoders that built ``items`` themselves, so every item is already a pair of a
+        ``str`` key and a ``bytes`` or ``None`` value, and that hand the list over (nothing
+        may change it afterwards). :func:`txstore.codecs.decode_headers` inlines this.
         """
         headers = object.__new__(cls)
-        headers._items = items
+        headers.pairs = items
         return headers
 
     def _as_headers(self) -> tuple[Header, ...]:
         try:
             return self._headers
         except AttributeError:  # first access
-            self._headers = tuple(map(_as_header, self._items))
+            self._headers = tuple(map(_as_header, self.pairs))
             return self._headers
 
     @classmethod
@@ -144,18 +145,18 @@ class Headers:
 
     def add(self, key: str, value: bytes | None) -> Headers:
         """Return new headers with ``(key, value)`` appended. O(n)."""
-        return Headers([*self._items, (key, value)])
+        return Headers([*self.pairs, (key, value)])
 
     def last_header(self, key: str) -> bytes | None:
         """The value of the last header named ``key``, or ``None`` if there is none. O(n)."""
-        for k, value in reversed(self._items):
+        for k, value in reversed(self.pairs):
             if k == key:
                 return value
         return None
 
     def headers(self, key: str) -> list[bytes | None]:
         """Every value of headers named ``key``, in order. O(n)."""
-        return [value for k, value in self._items if k == key]
+        return [value for k, value in self.pairs if k == key]
 
     def to_list(self) -> list[Header]:
         """The headers as a list of :class:`Header` tuples."""
@@ -165,10 +166,10 @@ class Headers:
         return iter(self._as_headers())
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.pairs)
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return bool(self.pairs)
 
     @overload
     def __getitem__(self, index: int) -> Header: ...
@@ -179,14 +180,14 @@ class Headers:
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Headers):
-            return self._items == other._items
+            return self.pairs == other.pairs
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(tuple(self._items))
+        return hash(tuple(self.pairs))
 
     def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
+        return f"Headers({self.pairs!r})"
 
 
 EMPTY_HEADERS = Headers()

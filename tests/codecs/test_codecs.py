@@ -925,6 +925,19 @@ def _agree_convert_one(raw: bytes | None, src: VF, dst: VF) -> None:
 # one- or two-byte headers size inline; everything else goes through split_value + pack_value.
 
 
+@pytest.mark.parametrize("src", [VF.HEADERS, VF.PLAIN_HEADERS], ids=lambda f: f.name)
+@pytest.mark.parametrize("dst", FORMATS, ids=lambda f: f.name)
+def test_a_non_canonical_headers_size_is_written_back_canonically(src: VF, dst: VF) -> None:
+    """``80 00`` is a two-byte varint of 0. The single conversion copied it into the output,
+    where the batch conversion (and the oracle) write ``00``: found by Hypothesis."""
+    raw = b"\x80\x00" + (b"\x00" * 8 if src == VF.HEADERS else b"") + b"value"
+    expected = o.convert(raw, ofmt(src), ofmt(dst))
+    assert c.convert_value(raw, src, dst) == expected
+    assert c.convert_values([raw], src, dst) == [expected]
+    if dst in (VF.HEADERS, VF.PLAIN_HEADERS):
+        assert expected[:1] == b"\x00"
+
+
 def test_value_converter_is_resolved_once_per_pair():
     for src in FORMATS:
         for dst in FORMATS:

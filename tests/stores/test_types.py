@@ -89,7 +89,7 @@ def test_headers_hash_follows_equality():
 
 
 def test_decoded_headers_behave_as_constructed_headers():
-    # decode_headers hands its pairs over without the constructor's checks (Headers._trusted)
+    # decode_headers hands its pairs over without the constructor's checks (Headers.from_pairs)
     # and Header tuples are made on first access: nothing of that may show
     pairs = [("b", b"1"), ("a", None), ("b", b"2"), ("c", b"")]
     built = Headers(pairs)
@@ -108,7 +108,7 @@ def test_decoded_headers_behave_as_constructed_headers():
         assert hs[1:3] == (Header("a", None), Header("b", b"2"))
         assert hs.to_list() == first
         assert hs.add("d", None) == Headers([*pairs, ("d", None)])
-    assert Headers._trusted([("k", b"v")]) == Headers([("k", b"v")])
+    assert Headers.from_pairs([("k", b"v")]) == Headers([("k", b"v")])
 
 
 def test_last_header():

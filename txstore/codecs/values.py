@@ -169,7 +169,7 @@ def encode_headers(headers: Headers | Iterable[tuple[str, bytes | None]] | None)
         if not headers:
             return b""
         headers = Headers.of(headers)  # checks every pair
-    items = headers._items  # valid (key, value) pairs: the constructor checked them
+    items = headers.pairs  # valid (key, value) pairs: the constructor checked them
     n = len(items)
     if not n:
         return b""
@@ -251,8 +251,8 @@ def decode_headers(buf: bytes) -> Headers:
         raise _fail(-6, "headers") from None
     if pos != len(buf):
         raise _fail(-4 if pos > len(buf) else -7, "headers")
-    headers = _new_object(Headers)  # Headers._trusted, inlined: the pairs are valid
-    headers._items = items
+    headers = _new_object(Headers)  # Headers.from_pairs, inlined: the pairs are valid
+    headers.pairs = items
     return headers
 
 
@@ -360,10 +360,14 @@ def _split_value_checked(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | Non
 
 def _headers_end(raw: bytes) -> int:
     """Where ``[varint hsize][headers]`` ends in ``raw`` for a two-byte headers size (64 to
-    8191 bytes of headers); for any other start, a position past the end of ``raw``."""
+    8191 bytes of headers); for any other start, a position past the end of ``raw``.
+
+    A two-byte varint whose second byte is 0 is a non-canonical encoding of a size below 64:
+    it goes to the checked path too, which writes the size back canonically (as the C batch
+    conversions and :func:`pack_value` do), so copying ``raw[:end]`` never keeps it."""
     if len(raw) > 1:
         b, c = raw[0], raw[1]
-        if b & 0x80 and c < 0x80:
+        if b & 0x80 and 0 < c < 0x80:
             u = b & 0x7F | c << 7
             if not u & 1:  # not negative
                 return (u >> 1) + 2
