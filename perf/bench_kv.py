@@ -176,7 +176,7 @@ def open_txstore(
 
 def bytes_level(store: KeyValueStore[bytes, bytes]) -> BytesKeyValueStore:
     """The engine's bytes store under a typed store."""
-    return store._inner
+    return store.bytes_store  # type: ignore[no-any-return]
 
 
 def open_quix(path: str) -> Any:

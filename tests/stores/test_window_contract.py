@@ -214,7 +214,7 @@ def test_retain_duplicates(env: Env) -> None:
     w.put("k", None, 5)  # a no-op with duplicates: nothing deleted, no sequence number used
     w.put("k", wrap(env.fmt, "3"), 6)
     assert single(w.fetch("k", 0, 10)) == [(5, "1"), (5, "2"), (6, "3")]
-    assert w._seqnum == 3
+    assert w.seqnum == 3
     assert plain(w.fetch("k", 6)) == "3"  # the single-window fetch uses the current seqnum
     assert w.fetch("k", 5) is None
     raw = w.bytes_store

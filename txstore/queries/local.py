@@ -149,8 +149,8 @@ class StoreReader:
         if qtype.kind == "key_value":
             # Read bytes once the key is serialized (the typed layer would serialize again);
             # the change-logging layer forwards reads, so bind the bytes store's method once.
-            self._bget = view._inner.get
-            self._decode = view._decode
+            self._bget = view.bytes_store.get
+            self._decode = view.decode_value
 
     def get(self, kb: bytes) -> Any:
         """The value of the serialized key ``kb`` (converted to the query's type), or None."""

@@ -447,7 +447,7 @@ def _materialize(
             else:
                 loader.from_records(source, batch)
             if loader.topic_keys and retain:
-                store._seqnum = loader.seq  # later puts continue the numbering
+                store.seqnum = loader.seq  # later puts continue the numbering
         except BaseException:
             store.close()  # the last batch is discarded; committed batches stay
             raise

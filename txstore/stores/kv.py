@@ -177,7 +177,10 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
     def _bound(self, key: K | None) -> bytes | None:
         return None if key is None else self._key(key)
 
-    def _decode(self, raw: bytes | None) -> V | None:
+    def decode_value(self, raw: bytes | None) -> V | None:
+        """The value a stored value ``raw`` (bytes in :attr:`stored_format`, or ``None``)
+        stands for, as :meth:`get` returns it: converted to the store's format and
+        deserialized. For readers that serialized the key themselves (interactive queries)."""
         if raw is None:
             return None
         if self._from_stored is not None:
@@ -188,7 +191,7 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
     def _iter(self, inner: BytesIterator) -> KeyValueIterator[K, V]:
         if self._raw_keys and self._raw_values:
             return _RawKeyValueIterator(inner)
-        return KeyValueIterator(inner, self.key_serde.deserialize, self._decode)
+        return KeyValueIterator(inner, self.key_serde.deserialize, self.decode_value)
 
     # ---- reads --------------------------------------------------------------------
 
@@ -197,6 +200,12 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         """The store's name. O(1)."""
         name: str = self._inner.name
         return name
+
+    @property
+    def bytes_store(self) -> Any:
+        """The bytes layer under this store or view (``get(key_bytes)`` reads a serialized
+        key; a task's store: its change-logging layer, which forwards reads). O(1)."""
+        return self._inner
 
     def get(self, key: K) -> V | None:
         """The value of ``key``, or ``None``.
@@ -208,7 +217,7 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         raw = self._inner.get(key if type(key) is bytes and self._raw_keys else self._key(key))
         if self._raw_values:
             return raw  # type: ignore[no-any-return]
-        return self._decode(raw)
+        return self.decode_value(raw)
 
     def range(self, key_from: K | None, key_to: K | None) -> KeyValueIterator[K, V]:
         """Pairs with ``key_from <= key <= key_to`` in key order; ``None`` is unbounded.
@@ -418,7 +427,7 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         if old is None:
             self._inner.put(kb, self._encode(value))
             return None
-        return self._decode(old)
+        return self.decode_value(old)
 
     def put_all(self, entries: Iterable[tuple[K, V | None]]) -> None:
         """Put every ``(key, value)`` pair (``KeyValue`` works too), in order.
@@ -435,7 +444,7 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         The cost of a :meth:`get` plus, when the key had a value, a :meth:`put` of a
         tombstone; raises as they do.
         """
-        return self._decode(self._inner.delete(self._key(key)))
+        return self.decode_value(self._inner.delete(self._key(key)))
 
     # ---- transactions -------------------------------------------------------------
 

@@ -578,15 +578,6 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
         self.retain_duplicates = retain_duplicates
         self.seqnum = 0  # of the last put (retain_duplicates); a restore continues it
 
-    @property
-    def _seqnum(self) -> int:
-        """:attr:`seqnum` by its former name (``txstore.runtime.windowed_tables`` sets it)."""
-        return self.seqnum
-
-    @_seqnum.setter
-    def _seqnum(self, value: int) -> None:
-        self.seqnum = value
-
     def put(self, key: K, value: V | None, window_start_timestamp: int) -> None:
         """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``.
 
