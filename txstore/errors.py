@@ -80,6 +80,14 @@ class ChangelogCorruptionError(StorageError):
         self.offset = offset
 
 
+class TaskCorruptedError(StorageError):
+    """A task's stores and changelogs disagree in a way recovery cannot repair without losing
+    committed data: a store is ahead of its changelog, or a task commit that reached the stores
+    is missing from a changelog (the changelog lost committed data). Kafka's
+    ``TaskCorruptedException``: wipe the store and restore it from its changelog, or restore the
+    changelog from a backup. Nothing was changed when it was raised."""
+
+
 class WriterLockedError(TxStoreError):
     """Another process holds the single-writer lock (open read-only instead, or stop it)."""
 

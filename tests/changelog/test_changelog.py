@@ -23,6 +23,7 @@ from txstore.changelog.log import (
     CommitInfo,
     FileChangelog,
 )
+from txstore.changelog.markers import marker_pair_size
 from txstore.codecs import decode_headers, encode_headers
 from txstore.errors import (
     ChangelogCorruptionError,
@@ -290,15 +291,16 @@ def test_crc_failure_in_committed_data_names_file_and_offset(tmp_path: Path) -> 
     src = tmp_path / "src"
     size2, _ = _committed_log(src)
     seg_name = "00000000000000000000.log"
-    # Frames: batch [0, 277) offsets 0-9, marker [277, 341), batch [341, 440) offsets 10-11,
-    # marker [440, 504), then the 3rd transaction.
-    assert size2 == 504
+    # Frames (format version 2: every commit marker is two 80-byte copies): batch [0, 277)
+    # offsets 0-9, marker [277, 437), batch [437, 536) offsets 10-11, marker [536, 696), then
+    # the 3rd transaction.
+    assert size2 == 696 and marker_pair_size(0) == 160
     torn = "a frame running past the end of the data (torn, or a corrupt length field)"
     # a byte in the 1st batch's values, in the 2nd batch's last bytes, and in the 1st frame's
     # length field (the frame chain breaks there): all inside data closed by a valid marker
     cases = [
         (HEADER_SIZE + 200, "checksum mismatch", 0, 0, 277),
-        (size2 - 64 - 3, "checksum mismatch", 341, 10, 440),
+        (size2 - 160 - 3, "checksum mismatch", 437, 10, 536),
         (13, torn, 0, 0, 277),
     ]
     for flipped, what, pos, offset, marker in cases:

@@ -29,17 +29,16 @@ from dataclasses import dataclass
 from txstore.changelog.format import (
     LONG_MAX,
     LONG_MIN,
+    MARKER_OVERHEAD_V1,
     T_BATCH,
     Frame,
     FrameReader,
-    Marker,
     batch_frame,
     corruption,
     decode_batch,
-    decode_marker,
     frame_problem,
-    marker_frame,
 )
+from txstore.changelog.markers import Marker, commit_marker, decode_marker, marker_pair_size
 from txstore.changelog.segments import (
     CLEANED_SUFFIX,
     Segment,
@@ -209,7 +208,8 @@ def compact_segments(
             seg, latest, now_ms, new_horizon, txn_id, batch_bytes, result
         )
         result.bytes_before += seg.size
-        if group is not None and group.size + out.size + 64 <= segment_bytes:
+        pair = marker_pair_size(len(last_marker.metadata))  # what a merged file ends with
+        if group is not None and group.size + out.size + pair <= segment_bytes:
             group.inputs.append(seg)
             group.outputs.append(out)
             group.last_marker = last_marker
@@ -249,13 +249,20 @@ def _filter_segment(
     markers = 0
     last_marker: Marker | None = None
     changed = False
+    copy_next = False  # the next frame is the second copy of the marker before it
     for frame in _frames(seg):
         if frame.ftype != T_BATCH:
-            last_marker = decode_marker(frame)
-            if last_marker is None:
+            marker = decode_marker(frame)
+            if marker is None:
                 raise corruption(seg.path, frame.pos, None, "malformed commit marker")
-            markers += 1
+            if copy_next:
+                copy_next = False
+            else:
+                markers += 1
+                copy_next = marker.version != 1
+            last_marker = marker
             continue
+        copy_next = False
         cols = _decode(seg, frame)
         offsets, keys, values = cols.offsets, cols.keys, cols.values
         keep = [i for i, (k, o) in enumerate(zip(keys, offsets, strict=True)) if latest[k] == o]
@@ -289,8 +296,15 @@ def _filter_segment(
     out.flush()
     if last_marker is None:
         raise corruption(seg.path, seg.size, None, "a closed segment without a commit marker")
-    changed = changed or markers > 1 or out.size + 64 + len(last_marker.metadata) != seg.size
+    changed = changed or markers > 1 or out.size + _marker_bytes(last_marker) != seg.size
     return out, last_marker, changed
+
+
+def _marker_bytes(marker: Marker) -> int:
+    """Bytes the commit ``marker`` takes in its file (a version 1 marker has one copy)."""
+    if marker.version == 1:
+        return MARKER_OVERHEAD_V1 + len(marker.metadata)
+    return marker_pair_size(len(marker.metadata))
 
 
 def _write_all(fd: int, parts: list[bytes]) -> None:
@@ -313,8 +327,15 @@ def _finish(path: str, group: _Group, txn_id: int, sync: bool) -> Segment:
     if not group.changed:
         return first
     m = group.last_marker
-    marker = marker_frame(
-        txn_id, m.end_offset, m.input_position, group.max_ts, m.commit_time_ms, m.metadata
+    marker = commit_marker(
+        txn_id,
+        m.end_offset,
+        m.input_position,
+        group.max_ts,
+        m.commit_time_ms,
+        m.metadata,
+        start_offset=first.base,  # the file is one transaction, of the compaction's txn id
+        txn_start_pos=0,
     )
     tmp = os.path.join(path, segment_name(first.base) + CLEANED_SUFFIX)
     fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)

@@ -7,7 +7,7 @@ header and a body::
       0     4  magic         b"TXCL"
       4     4  crc           zlib.crc32 of bytes [8, 24 + body_length): the rest of the header
                              and the whole body
-      8     1  version       1
+      8     1  version       2 (this txstore writes 2 and reads 1 and 2, see below)
       9     1  type          1 = record batch, 2 = commit marker
      10     2  flags         batch flags (below); 0 for markers
      12     4  body_length   bytes after the header
@@ -20,7 +20,8 @@ A **record batch** body holds ``n`` records as columns::
       8     4  count           n (>= 1)
      12     8  max_timestamp   largest record timestamp in the batch
      20     8  delete_horizon  -1, or the time after which compaction may drop its tombstones
-     28        [n x u32 offset deltas]   if flags & SPARSE (offset = base_offset + delta)
+     28        [n x u32 offset deltas]   if flags & SPARSE (offset = base_offset + delta;
+                                         ascending, the first 0)
                n x i64 timestamps
                n x u32 key lengths
                n x i32 value lengths       (-1: a tombstone, the value is None)
@@ -32,22 +33,38 @@ A **record batch** body holds ``n`` records as columns::
 Without SPARSE the offsets are ``base_offset .. base_offset + n - 1``; without HEADERS every
 record's headers are empty.
 
-A **commit marker** body::
+A **commit marker** body (version 2)::
 
       0     8  end_offset       offset after the last committed record (the log's committed end)
-      8     8  input_position   the caller's input position, committed atomically with the data
-     16     8  max_timestamp    largest record timestamp in the segment so far (LONG_MIN: none)
-     24     8  commit_time_ms   wall-clock time of the commit
-     32     4  metadata_length  m
-     36     m  metadata         opaque bytes given to ``commit``
-   36+m     4  frame_length     24 + 40 + m: lets a reader find the last marker from the end
+      8     8  start_offset     the committed end before this transaction (its first offset)
+     16     8  input_position   the caller's input position, committed atomically with the data
+     24     8  max_timestamp    largest record timestamp in the segment so far (LONG_MIN: none)
+     32     8  commit_time_ms   wall-clock time of the commit
+     40     8  txn_start_pos    byte position in the file of the transaction's first frame
+                                (the end of the previous commit; the marker's own position
+                                when the transaction has no records)
+     48     4  metadata_length  m
+     52     m  metadata         opaque bytes given to ``commit``
+   52+m     4  frame_length     24 + 56 + m: lets a reader find the last marker from the end
 
-A marker commits every frame between the previous marker and itself; they all carry its
-``txn_id``. See ``docs/changelog.md`` for the rules built on this layout.
+and it is written **twice**, two byte-identical frames back to back, in one write after the
+records were synced. A commit exists once both copies are on disk. The copy is what tells a
+torn tail from damage: a crash while the pair is written leaves the file ending inside it, the
+second copy a prefix of the first; damage leaves a bad frame (or two copies that differ)
+with the rest of the pair, or more frames, after it.
+
+Version 1 files (txstore's first changelog format) have no ``start_offset`` and
+``txn_start_pos`` fields (body 40 + m bytes, frame length 64 + m) and one copy of each marker;
+they are read as before, and new commits append version 2 frames to them.
+
+A marker commits every frame between the previous commit and itself; they all carry its
+``txn_id``. Markers are encoded and checked in :mod:`txstore.changelog.markers`. See
+``docs/changelog.md`` for the rules built on this layout.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import zlib
@@ -59,7 +76,10 @@ from typing import Final
 from txstore.errors import ChangelogCorruptionError
 
 MAGIC: Final = b"TXCL"
-VERSION: Final = 1
+#: The frame version this txstore writes.
+VERSION: Final = 2
+#: The frame versions it reads (1: the first format, single markers without positions).
+VERSIONS: Final = (1, 2)
 T_BATCH: Final = 1
 T_MARKER: Final = 2
 F_SPARSE: Final = 0x1
@@ -71,10 +91,13 @@ HEADER_SIZE: Final = HEADER.size  # 24
 _HEADER_TAIL: Final = struct.Struct("<BBHIQ")  # the CRC-covered part of the header
 BATCH_FIXED: Final = struct.Struct("<qIqq")
 BATCH_FIXED_SIZE: Final = BATCH_FIXED.size  # 28
-MARKER_FIXED: Final = struct.Struct("<qqqqI")
-MARKER_FIXED_SIZE: Final = MARKER_FIXED.size  # 36
+MARKER_FIXED: Final = struct.Struct("<qqqqqqI")
+MARKER_FIXED_SIZE: Final = MARKER_FIXED.size  # 52
 TRAILER: Final = struct.Struct("<I")
-MARKER_OVERHEAD: Final = HEADER_SIZE + MARKER_FIXED_SIZE + TRAILER.size  # 64
+MARKER_OVERHEAD: Final = HEADER_SIZE + MARKER_FIXED_SIZE + TRAILER.size  # 80, one copy
+MARKER_FIXED_V1: Final = struct.Struct("<qqqqI")
+MARKER_FIXED_SIZE_V1: Final = MARKER_FIXED_V1.size  # 36
+MARKER_OVERHEAD_V1: Final = HEADER_SIZE + MARKER_FIXED_SIZE_V1 + TRAILER.size  # 64
 
 LONG_MIN: Final = -(2**63)
 LONG_MAX: Final = 2**63 - 1
@@ -131,28 +154,11 @@ def batch_frame(
     parts.append(vblob)
     if has_headers:
         parts.append(b"".join(headers))
-    return _frame(T_BATCH, flags, txn_id, parts)
+    return frame_parts(T_BATCH, flags, txn_id, parts)
 
 
-def marker_frame(
-    txn_id: int,
-    end_offset: int,
-    input_position: int,
-    max_timestamp: int,
-    commit_time_ms: int,
-    metadata: bytes = b"",
-) -> list[bytes]:
-    """Encode one commit marker frame (see the module docstring for the layout)."""
-    m = len(metadata)
-    parts = [
-        MARKER_FIXED.pack(end_offset, input_position, max_timestamp, commit_time_ms, m),
-        metadata,
-        TRAILER.pack(MARKER_OVERHEAD + m),
-    ]
-    return _frame(T_MARKER, 0, txn_id, parts)
-
-
-def _frame(ftype: int, flags: int, txn_id: int, parts: list[bytes]) -> list[bytes]:
+def frame_parts(ftype: int, flags: int, txn_id: int, parts: list[bytes]) -> list[bytes]:
+    """A frame of type ``ftype`` whose body is ``parts``: its header, then ``parts`` (no copy)."""
     length = sum(map(len, parts))
     if length > MAX_BODY:
         raise OverflowError(f"a changelog frame body of {length} bytes exceeds {MAX_BODY}")
@@ -182,25 +188,16 @@ class Frame:
     boff: int
     blen: int
     crc_ok: bool
+    version: int = VERSION
 
     @property
     def end(self) -> int:
         """File position just after this frame."""
         return self.pos + HEADER_SIZE + self.blen
 
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """A decoded commit marker."""
-
-    pos: int
-    end_pos: int
-    txn_id: int
-    end_offset: int
-    input_position: int
-    max_timestamp: int
-    commit_time_ms: int
-    metadata: bytes
+    def raw(self) -> bytes:
+        """The frame's bytes, header included."""
+        return bytes(self.buf[self.boff - HEADER_SIZE : self.boff + self.blen])
 
 
 #: ``FrameReader.next`` results other than a :class:`Frame`.
@@ -248,10 +245,10 @@ class FrameReader:
         magic, crc, version, ftype, flags, blen, txn = HEADER.unpack_from(self._buf, o)
         if (
             magic != MAGIC
-            or version != VERSION
+            or version not in VERSIONS
             or ftype not in (T_BATCH, T_MARKER)
-            or flags & ~_KNOWN_FLAGS
-            or blen < (BATCH_FIXED_SIZE if ftype == T_BATCH else MARKER_FIXED_SIZE + 4)
+            or flags & ~(_KNOWN_FLAGS if ftype == T_BATCH else 0)
+            or blen < _MIN_BODY[ftype, version]
         ):
             return BAD_HEADER
         if not self._have(pos, HEADER_SIZE + blen):
@@ -262,65 +259,16 @@ class FrameReader:
         ok = zlib.crc32(mv[o + 8 : o + HEADER_SIZE + blen]) == crc
         mv.release()
         self.pos = pos + HEADER_SIZE + blen
-        return Frame(pos, ftype, flags, txn, buf, o + HEADER_SIZE, blen, ok)
+        return Frame(pos, ftype, flags, txn, buf, o + HEADER_SIZE, blen, ok, version)
 
 
-def decode_marker(frame: Frame) -> Marker | None:
-    """Decode a marker frame whose CRC matched; None if its fields are inconsistent."""
-    buf, o = frame.buf, frame.boff
-    end_offset, position, max_ts, when, m = MARKER_FIXED.unpack_from(buf, o)
-    if MARKER_FIXED_SIZE + m + 4 != frame.blen:
-        return None
-    (flen,) = TRAILER.unpack_from(buf, o + MARKER_FIXED_SIZE + m)
-    if flen != MARKER_OVERHEAD + m or end_offset < 0:
-        return None
-    metadata = bytes(buf[o + MARKER_FIXED_SIZE : o + MARKER_FIXED_SIZE + m])
-    return Marker(frame.pos, frame.end, frame.txn_id, end_offset, position, max_ts, when, metadata)
-
-
-def read_last_marker(fd: int, size: int) -> Marker | None:
-    """The commit marker that ends a file of ``size`` bytes, found through its trailer; None if
-    the file does not end with a valid marker. O(1): two small reads."""
-    if size < MARKER_OVERHEAD:
-        return None
-    (flen,) = TRAILER.unpack(os.pread(fd, 4, size - 4))
-    if flen < MARKER_OVERHEAD or flen > size:
-        return None
-    reader = FrameReader(fd, size - flen, size)
-    frame = reader.next()
-    if not isinstance(frame, Frame) or not frame.crc_ok or frame.ftype != T_MARKER:
-        return None
-    if frame.end != size:
-        return None
-    return decode_marker(frame)
-
-
-def find_valid_marker(fd: int, start: int, limit: int) -> int | None:
-    """Search ``[start, limit)`` byte by byte for a valid commit marker frame (used after the
-    frame chain broke, to tell corrupt committed data from a torn tail). Returns its position."""
-    pos = start
-    signature = MAGIC
-    while pos < limit:
-        chunk = os.pread(fd, min(limit - pos, 4 * READ_CHUNK), pos)
-        if not chunk:
-            return None
-        i = chunk.find(signature)
-        while i >= 0:
-            at = pos + i
-            reader = FrameReader(fd, at, limit)
-            frame = reader.next()
-            if (
-                isinstance(frame, Frame)
-                and frame.crc_ok
-                and frame.ftype == T_MARKER
-                and decode_marker(frame) is not None
-            ):
-                return at
-            i = chunk.find(signature, i + 1)
-        if len(chunk) < 4 * READ_CHUNK:
-            return None
-        pos += len(chunk) - (len(signature) - 1)
-    return None
+#: The smallest body of each (frame type, version).
+_MIN_BODY: Final = {
+    (T_BATCH, 1): BATCH_FIXED_SIZE,
+    (T_BATCH, 2): BATCH_FIXED_SIZE,
+    (T_MARKER, 1): MARKER_FIXED_SIZE_V1 + TRAILER.size,
+    (T_MARKER, 2): MARKER_FIXED_SIZE + TRAILER.size,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,12 +282,22 @@ class BatchInfo:
     last_offset: int
 
 
-def batch_info(frame: Frame) -> BatchInfo:
-    """The fixed fields of a batch frame (CRC already checked), including its last offset."""
-    buf, o = frame.buf, frame.boff
-    base, n, max_ts, horizon = BATCH_FIXED.unpack_from(buf, o)
+def _check_count(frame: Frame, base: int, n: int) -> None:
+    """Raise ``ValueError`` unless ``n`` records' fixed-size columns fit the frame's body (so
+    no column is read past it) and ``base`` is a valid offset."""
     if n == 0:
         raise ValueError("empty batch")
+    per = 16 + 4 * ((frame.flags & F_SPARSE) != 0) + 4 * ((frame.flags & F_HEADERS) != 0)
+    if BATCH_FIXED_SIZE + per * n > frame.blen or base < 0:
+        raise ValueError("batch count or base offset does not fit the batch")
+
+
+def batch_info(frame: Frame) -> BatchInfo:
+    """The fixed fields of a batch frame (CRC already checked), including its last offset.
+    Raises ``ValueError`` if they cannot be right."""
+    buf, o = frame.buf, frame.boff
+    base, n, max_ts, horizon = BATCH_FIXED.unpack_from(buf, o)
+    _check_count(frame, base, n)
     if frame.flags & F_SPARSE:
         (last_delta,) = struct.unpack_from("<I", buf, o + BATCH_FIXED_SIZE + 4 * (n - 1))
         last = base + last_delta
@@ -386,13 +344,14 @@ def decode_batch(frame: Frame, *, keys_only: bool = False) -> Columns:
     buf, o, blen = frame.buf, frame.boff, frame.blen
     end = o + blen
     base, n, max_ts, horizon = BATCH_FIXED.unpack_from(buf, o)
-    if n == 0:
-        raise ValueError("empty batch")
+    _check_count(frame, base, n)
     p = o + BATCH_FIXED_SIZE
     offsets: Sequence[int]
     if frame.flags & F_SPARSE:
         deltas = struct.unpack_from(f"<{n}I", buf, p)
         p += 4 * n
+        if deltas[0] != 0 or not all(map(operator.lt, deltas, deltas[1:])):
+            raise ValueError("sparse batch offsets are not ascending from its base offset")
         offsets = [base + d for d in deltas]
     else:
         offsets = range(base, base + n)

@@ -50,7 +50,7 @@ from txstore.changelog.api import (
     to_policy,
 )
 from txstore.changelog.cleaner import CleanResult, compact_segments, expired_prefix
-from txstore.changelog.format import T_MARKER, Frame, FrameReader
+from txstore.changelog.history import CommitHistory, CommitRecord
 from txstore.changelog.reader import (
     BatchIterator,
     ChangelogRecord,
@@ -70,7 +70,6 @@ from txstore.changelog.segments import (
     load_segments,
     open_fd,
     read_meta,
-    remove_temporaries,
     segment_files,
     write_meta,
 )
@@ -97,13 +96,14 @@ __all__ = [
     "CleanupPolicy",
     "CloseableIterator",
     "CommitInfo",
+    "CommitRecord",
     "FileChangelog",
     "RecordBatch",
     "RecordIterator",
 ]
 
 
-class FileChangelog(TransactionWriter, SegmentSource):
+class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
     """The embedded changelog: segment files in one directory, one writer process at a time.
 
     Parameters (all keyword-only except ``path``):
@@ -126,6 +126,10 @@ class FileChangelog(TransactionWriter, SegmentSource):
       the closed segments' bytes was never compacted. Default 0.5.
     * ``fsync``: sync at commit (default). ``False`` survives a process crash but not a power
       loss; for tests and throwaway data only.
+    * ``repair``: a writer's open truncates a torn tail and deletes uncommitted files after
+      scanning (default). ``False`` only scans (damage still raises): the repair waits for
+      :meth:`repair` or the first write, so that a coordinator of several logs (a task) checks
+      them all before it changes any.
 
     Not thread-safe for writing: one thread appends and commits. Iterators may be used from
     other threads and stay valid while the log is written and cleaned.
@@ -144,6 +148,7 @@ class FileChangelog(TransactionWriter, SegmentSource):
         tombstone_retention_ms: int = DEFAULT_TOMBSTONE_RETENTION_MS,
         min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO,
         fsync: bool = True,
+        repair: bool = True,
     ) -> None:
         self._closed = True
         self._lock_fd = -1
@@ -199,8 +204,7 @@ class FileChangelog(TransactionWriter, SegmentSource):
             if readonly:
                 self._load_readonly()
             else:
-                remove_temporaries(self.path)
-                self._install(load_segments(self.path, repair=True))
+                self._install(load_segments(self.path, repair=bool(repair)))
                 self._open_active()
         except BaseException:
             self._release()
@@ -393,36 +397,6 @@ class FileChangelog(TransactionWriter, SegmentSource):
         """
         return RecordIterator(self.read_committed_batches(from_offset))
 
-    def rollback_last_commit(self) -> CommitInfo:
-        """Undo the last committed transaction: its records and marker are truncated away.
-
-        For a coordinator that commits several changelogs as one transaction (a task) and
-        crashed after committing some of them but not all: the ones that got ahead are rolled
-        back to the common commit. Only the last transaction can be undone; the offsets it
-        used are given to the next one. An open transaction is aborted first. Returns the
-        undone range ``CommitInfo(start, end, input_position)``. O(size of the last segment).
-        """
-        self._check_writable()
-        if not self._segments or self._last_position is None:
-            raise InvalidArgumentError(f"changelog {self.path!r} has no commit to roll back")
-        self.abort()
-        undone = CommitInfo(-1, self._committed_end, self._last_position)
-        seg = self._segments[-1]
-        cut = _previous_marker_end(self._fd, self._committed_pos)
-        if cut is None:  # the transaction opened this segment: drop the whole file
-            os.close(self._fd)
-            self._fd = -1
-            os.unlink(seg.path)
-        else:
-            os.ftruncate(self._fd, cut)
-            if self.fsync:
-                os.fdatasync(self._fd)
-        if self.fsync:
-            fsync_dir(self.path)
-        self._install(load_segments(self.path, repair=True))
-        self._open_active()
-        return CommitInfo(self._committed_end, undone.end_offset, undone.input_position)
-
     def verify(self) -> int:
         """Read and check every committed record (CRCs and structure); return how many there
         are. Raises :class:`~txstore.errors.ChangelogCorruptionError` at the first bad one."""
@@ -564,17 +538,3 @@ def _ino(path: str) -> int | None:
         return os.stat(path).st_ino
     except FileNotFoundError:
         return None
-
-
-def _previous_marker_end(fd: int, size: int) -> int | None:
-    """End position of the second-to-last commit marker of a segment of ``size`` bytes (whose
-    last frame is a marker); None if the segment holds only one marker."""
-    reader = FrameReader(fd, 0, size)
-    ends: list[int] = []
-    while True:
-        frame = reader.next()
-        if not isinstance(frame, Frame):
-            break
-        if frame.ftype == T_MARKER:
-            ends.append(frame.end)
-    return ends[-2] if len(ends) >= 2 else None

@@ -33,9 +33,9 @@ from txstore.changelog.format import (
     batch_info,
     corruption,
     decode_batch,
-    decode_marker,
     frame_problem,
 )
+from txstore.changelog.markers import decode_marker
 
 __all__ = ["BatchIterator", "ChangelogRecord", "RecordBatch", "RecordIterator", "SegmentRef"]
 

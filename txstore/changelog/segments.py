@@ -5,13 +5,19 @@ Invariants of a changelog directory (checked on every open):
 * segment files are named by the base offset of the range they cover, ``%020d.log``;
 * consecutive segments cover contiguous offset ranges: a segment's ``base`` equals the
   ``end_offset`` of the commit marker that ends the segment before it;
-* every segment but the last ends with a valid commit marker (rolling happens only between
-  transactions, and compaction writes one marker at the end of each file it produces);
+* every segment but the last ends with a valid commit marker, both copies (rolling happens
+  only between transactions, and compaction writes one marker at the end of each file it
+  produces);
 * a segment whose base lies below the previous segment's end is the leftover of a merging
   compaction interrupted between its rename and its deletions, and is removed;
-* the last segment is scanned frame by frame: everything after its last valid commit marker is a
-  torn or uncommitted tail and is truncated; a bad frame *before* a valid marker is corruption of
+* the last segment is scanned frame by frame: everything after its last complete commit is a
+  torn or uncommitted tail and is truncated, unless evidence of a later commit follows it (a
+  valid marker after a bad frame, two copies of a marker that differ): that is damage to
   committed data and raises :class:`~txstore.errors.ChangelogCorruptionError`.
+
+The scan never writes; the repair it calls for (:class:`LoadedLog`) is applied afterwards, by
+the writer's open or, for a task that checks all its changelogs first, by
+:meth:`~txstore.changelog.log.FileChangelog.repair`.
 """
 
 from __future__ import annotations
@@ -29,12 +35,17 @@ from txstore.changelog.format import (
     T_BATCH,
     Frame,
     FrameReader,
-    Marker,
     batch_info,
     corruption,
+    frame_problem,
+)
+from txstore.changelog.markers import (
+    COPY_DAMAGED,
+    COPY_TORN,
+    Marker,
     decode_marker,
     find_valid_marker,
-    frame_problem,
+    marker_copy,
     read_last_marker,
 )
 from txstore.errors import ConfigConflictError
@@ -42,7 +53,10 @@ from txstore.errors import ConfigConflictError
 META_FILE: Final = "changelog.json"
 LOCK_FILE: Final = "writer.lock"
 FORMAT_NAME: Final = "txstore-changelog"
-FORMAT_VERSION: Final = 1
+#: The version of ``changelog.json`` this txstore writes (with version 2 frames) ...
+FORMAT_VERSION: Final = 2
+#: ... and the versions it opens: a version 1 directory is upgraded by its first write.
+FORMAT_VERSIONS: Final = (1, 2)
 CLEANED_SUFFIX: Final = ".cleaned"
 _SEGMENT_RE: Final = re.compile(r"^(\d{20})\.log$")
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -94,10 +108,11 @@ def read_meta(path: str) -> dict[str, Any] | None:
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ConfigConflictError(f"{meta_path} is not a txstore changelog metadata file")
-    if meta.get("version") != FORMAT_VERSION:
+    if meta.get("version") not in FORMAT_VERSIONS:
         raise ConfigConflictError(
             f"{meta_path} has changelog format version {meta.get('version')!r}; this txstore "
-            f"reads version {FORMAT_VERSION}"
+            f"reads versions {', '.join(map(str, FORMAT_VERSIONS))} (a newer txstore wrote it: "
+            "open it with that version)"
         )
     return meta
 
@@ -119,13 +134,14 @@ def write_meta(path: str, meta: dict[str, Any], *, sync: bool) -> None:
         fsync_dir(path)
 
 
-def remove_temporaries(path: str) -> None:
-    """Delete what a crash can leave behind: compaction outputs never renamed into place, and a
-    metadata file never renamed into place."""
-    for name in os.listdir(path):
-        if name.endswith(CLEANED_SUFFIX) or name == META_FILE + ".tmp":
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, name))
+def temporaries(path: str) -> list[str]:
+    """What a crash can leave behind besides segments: compaction outputs never renamed into
+    place, and a metadata file never renamed into place (the repair deletes them)."""
+    return [
+        os.path.join(path, name)
+        for name in sorted(os.listdir(path))
+        if name.endswith(CLEANED_SUFFIX) or name == META_FILE + ".tmp"
+    ]
 
 
 # --------------------------------------------------------------------------- segments
@@ -147,20 +163,33 @@ class Segment:
 
 @dataclass
 class LoadedLog:
-    """What scanning a directory found."""
+    """What scanning a directory found, and the repair it calls for: delete ``removed_files``
+    and ``temporaries``, cut the last segment to ``truncate`` = ``(path, size)``. Nothing in it
+    is committed data: the scan raised :class:`~txstore.errors.ChangelogCorruptionError`
+    instead if any of it was."""
 
     segments: list[Segment]
     last_marker: Marker | None
     truncated_bytes: int = 0
     removed_files: list[str] = field(default_factory=list)
     tail_reason: str | None = None
+    truncate: tuple[str, int] | None = None
+    temporaries: list[str] = field(default_factory=list)
+    repaired: bool = False
+
+    @property
+    def needs_repair(self) -> bool:
+        """True while the repair has files to write (see :func:`repair`)."""
+        return not self.repaired and bool(self.removed_files or self.truncate or self.temporaries)
 
 
 def load_segments(path: str, *, repair: bool) -> LoadedLog:
     """Scan the segments of ``path`` (see the module docstring for the rules).
 
-    With ``repair`` (the writer, holding the lock) stale and uncommitted files are deleted and a
-    torn tail truncated (and fsynced); without it (a read-only reader) they are only skipped.
+    Nothing is written by the scan: damage raises :class:`ChangelogCorruptionError` before any
+    file is touched. With ``repair`` (the writer, holding the lock) the repair it found is then
+    applied (:func:`repair`); without it (a read-only reader, or a writer that checks several
+    logs before repairing any) stale and uncommitted files are only skipped.
     """
     files = segment_files(path)
     segments: list[Segment] = []
@@ -198,20 +227,37 @@ def load_segments(path: str, *, repair: bool) -> LoadedLog:
         )
         prev_end = marker.end_offset
     loaded = LoadedLog(segments, segments[-1].marker if segments else None, removed_files=removed)
+    loaded.temporaries = temporaries(path)
     if files:
-        _load_last(files[-1][0], files[-1][1], loaded, repair=repair)
+        _load_last(files[-1][0], files[-1][1], loaded)
     if repair:
-        for p in loaded.removed_files:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
-        if loaded.removed_files or loaded.truncated_bytes:
-            fsync_dir(path)
+        apply_repair(path, loaded)
     return loaded
 
 
-def _load_last(base: int, seg_path: str, loaded: LoadedLog, *, repair: bool) -> None:
-    flags = os.O_RDWR if repair else os.O_RDONLY
-    fd = open_fd(seg_path, flags)
+def apply_repair(path: str, loaded: LoadedLog) -> None:
+    """Write the repair a scan found (:class:`LoadedLog`): delete the temporaries and the
+    uncommitted or stale segment files, truncate the last segment after its last commit
+    (fsynced), fsync the directory. Idempotent."""
+    if not loaded.needs_repair:
+        return
+    for p in [*loaded.temporaries, *loaded.removed_files]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+    if loaded.truncate is not None:
+        seg_path, size = loaded.truncate
+        fd = open_fd(seg_path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(path)
+    loaded.repaired = True
+
+
+def _load_last(base: int, seg_path: str, loaded: LoadedLog) -> None:
+    fd = open_fd(seg_path)
     try:
         size = os.fstat(fd).st_size
         scan = scan_segment(fd, seg_path, base)
@@ -225,9 +271,7 @@ def _load_last(base: int, seg_path: str, loaded: LoadedLog, *, repair: bool) -> 
         if scan.committed_pos < size:
             loaded.truncated_bytes += size - scan.committed_pos
             loaded.tail_reason = scan.reason
-            if repair:
-                os.ftruncate(fd, scan.committed_pos)
-                os.fsync(fd)
+            loaded.truncate = (seg_path, scan.committed_pos)
         m = scan.marker
         loaded.segments.append(
             Segment(base, seg_path, m.end_offset, m.max_timestamp, scan.committed_pos, m)
@@ -247,17 +291,31 @@ class ScanResult:
 
 
 def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) -> ScanResult:
-    """Walk every frame of a segment, checking CRCs, offsets and transaction ids; return where
-    its committed data ends. Raises :class:`ChangelogCorruptionError` for a bad frame followed by
-    a valid commit marker (committed data), including after the frame chain broke (then the rest
-    of the file is searched for a marker). O(file size)."""
+    """Walk every frame of a segment, checking CRCs, offsets, transaction ids and both copies
+    of every commit marker; return where its committed data ends. O(file size).
+
+    What follows the last complete commit is a torn tail (the frames of a transaction whose
+    commit never completed: the file ends inside them, or inside the two copies of their
+    marker) only if nothing in it shows that it was written completely; otherwise it is damaged
+    data and :class:`~txstore.errors.ChangelogCorruptionError` is raised (naming the file, the
+    byte position of the bad frame and the first record offset it should hold):
+
+    * a bad frame (checksum, structure, offsets, transaction id) followed by a valid marker:
+      the frames before a marker were synced before the marker was written;
+    * a frame chain that breaks (bad magic or length) with a valid marker after it (the rest
+      of the file is searched);
+    * a version 2 marker whose second copy differs from it (a torn pair leaves a prefix of the
+      first copy at the end of the file, never different bytes).
+    """
     reader = FrameReader(fd, 0, limit)
     size = os.fstat(fd).st_size if limit is None else limit
     committed_pos = 0
     marker: Marker | None = None
     expected = base  # the smallest offset the next batch may hold
+    committed_end = base  # the committed end offset so far
     pending_txn: int | None = None
     problem: tuple[int, int, str] | None = None  # (position, offset, what) of the first bad frame
+    torn_pair = False
     while True:
         frame = reader.next()
         if not isinstance(frame, Frame):
@@ -291,37 +349,65 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
             problem = problem or (frame.pos, expected, "malformed commit marker")
             continue
         if problem is not None:
+            # The frames before a marker were synced before it was written: a bad one is
+            # damage, even if this marker's own pair is incomplete (it may be the second copy
+            # of a pair whose first copy is the bad frame).
             raise corruption(seg_path, *problem, marker_pos=frame.pos)
-        if (pending_txn is not None and m.txn_id != pending_txn) or m.end_offset < expected:
+        if m.version != 1:
+            copy = marker_copy(fd, frame, size)
+            if copy == COPY_TORN:
+                torn_pair = True  # the pair was being written: this commit never happened
+                break
+            if copy == COPY_DAMAGED:
+                raise corruption(
+                    seg_path,
+                    frame.end,
+                    committed_end,
+                    f"the second copy of the commit marker at byte {frame.pos} differs from the "
+                    "first",
+                )
+        where = (m.start_offset, m.txn_start_pos) if m.version != 1 else None
+        if (
+            (pending_txn is not None and m.txn_id != pending_txn)
+            or m.end_offset < expected
+            or where not in (None, (committed_end, committed_pos))
+        ):
             raise corruption(
                 seg_path,
                 frame.pos,
                 expected,
                 "a commit marker that does not match the records before it",
             )
-        committed_pos, marker = frame.end, m
-        expected, pending_txn = m.end_offset, None
+        committed_pos, marker = m.commit_end_pos, m
+        reader.pos = committed_pos
+        expected = committed_end = m.end_offset
+        pending_txn = None
     reason = None
     if committed_pos < size:
-        reason = problem[2] if problem else "records after the last commit marker"
+        if torn_pair:
+            reason = "a commit whose marker pair is incomplete (torn while it was written)"
+        else:
+            reason = problem[2] if problem else "records after the last commit marker"
     return ScanResult(committed_pos, marker, reason)
 
 
 __all__ = [
     "CLEANED_SUFFIX",
+    "FORMAT_VERSIONS",
     "LOCK_FILE",
     "LONG_MIN",
     "META_FILE",
     "LoadedLog",
     "ScanResult",
     "Segment",
+    "apply_repair",
     "fsync_dir",
     "load_segments",
     "open_fd",
     "read_meta",
-    "remove_temporaries",
     "scan_segment",
     "segment_files",
     "segment_name",
+    "temporaries",
     "write_meta",
 ]

@@ -3,8 +3,13 @@
 Appends go to in-memory columns (keys, values, timestamps, headers); once ``batch_bytes`` are
 buffered, and at commit, they are written as one record batch frame with ``writev`` (no copy
 into one buffer, one CRC per batch). Nothing is synced before :meth:`commit`, which writes the
-rest, syncs, writes the commit marker and syncs again. A transaction never spans segments: the
-segment is rolled, when full, before the transaction's first byte.
+rest, syncs, writes both copies of the commit marker and syncs again. A transaction never spans
+segments: the segment is rolled, when full, before the transaction's first byte.
+
+Any error of the file system on the write path (a failed write, sync, file creation or rename:
+a full disk, an I/O error) makes the log refuse every further write with
+:class:`~txstore.errors.StorageError`, after truncating its uncommitted tail when it can: what
+is on disk after a failed sync is unknown, so only a reopen, which scans the files, may go on.
 """
 
 from __future__ import annotations
@@ -29,16 +34,19 @@ from txstore.changelog.api import (
 from txstore.changelog.format import (
     LONG_MAX,
     LONG_MIN,
-    TRAILER,
     batch_frame,
-    marker_frame,
 )
+from txstore.changelog.markers import Marker, commit_marker, read_last_marker
 from txstore.changelog.segments import (
     CLEANED_SUFFIX,
+    FORMAT_VERSION,
+    LoadedLog,
     Segment,
+    apply_repair,
     fsync_dir,
     open_fd,
     segment_name,
+    write_meta,
 )
 from txstore.errors import (
     InvalidArgumentError,
@@ -73,6 +81,8 @@ class TransactionWriter:
     _last_commit_ms: int | None
     _last_metadata: bytes
     _state_lock: threading.Lock
+    _meta: dict[str, object]
+    _recovered: LoadedLog | None
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -100,6 +110,39 @@ class TransactionWriter:
                 f"changelog {self.path!r} is unusable after an I/O error ({self._broken}); "
                 "close and reopen it: recovery keeps exactly the committed transactions"
             )
+        self.repair()
+
+    def check_writable(self) -> None:
+        """Raise what a write would raise now (closed, read-only, unusable after an I/O error),
+        without writing anything but a pending :meth:`repair`. A coordinator committing several
+        logs calls it on each before committing any."""
+        self._check_writable()
+
+    @property
+    def broken(self) -> str | None:
+        """Why the log refuses writes after an I/O error (None: it does not)."""
+        return self._broken
+
+    def repair(self) -> None:
+        """Apply the repair the scan at open found (truncate the torn tail after the last
+        complete commit, delete uncommitted and temporary files), if it was deferred
+        (``FileChangelog(..., repair=False)``); every write does it first. Idempotent."""
+        loaded = self._recovered
+        if loaded is None or not loaded.needs_repair or self.readonly:
+            return
+        try:
+            apply_repair(self.path, loaded)
+        except OSError as exc:
+            self._fail(exc)
+
+    def _upgrade_format(self) -> None:
+        """Before the first frame of the current format goes into a version 1 directory: record
+        the new version in ``changelog.json`` (an older txstore then refuses the directory
+        instead of misreading it)."""
+        if self._meta.get("version") != FORMAT_VERSION:
+            meta = dict(self._meta, version=FORMAT_VERSION)
+            write_meta(self.path, meta, sync=self.fsync)
+            self._meta = meta
 
     def append(
         self, key: bytes, value: bytes | None, timestamp: int, headers: HeadersArg = b""
@@ -208,12 +251,17 @@ class TransactionWriter:
         self._txn_id, self._txn_max_ts = txn_id, txn_max
 
     def _begin_write(self) -> None:
-        """Before the first byte of a transaction: roll the segment if it is full, pick the
-        transaction id."""
+        """Before the first byte of a transaction: repair, record the format version, roll the
+        segment if it is full, pick the transaction id."""
         if self._txn_id is not None:
             return
-        if not self._segments or self._committed_pos >= self.segment_bytes:
-            self._roll()
+        self._check_writable()
+        try:
+            self._upgrade_format()
+            if not self._segments or self._committed_pos >= self.segment_bytes:
+                self._roll()
+        except OSError as exc:
+            self._fail(exc)
         self._txn_id = int.from_bytes(os.urandom(8), "little")
 
     def _roll(self) -> None:
@@ -221,7 +269,7 @@ class TransactionWriter:
         seg_path = os.path.join(self.path, segment_name(base))
         if self._segments and self._segments[-1].base == base:
             # The active segment holds commit markers only (a new segment would need the same
-            # name): keep it, reduced to its last marker once it is full.
+            # name): keep it, reduced to its last commit once it is full.
             if self._committed_pos >= self.segment_bytes:
                 self._shrink_marker_only()
             return
@@ -235,12 +283,12 @@ class TransactionWriter:
         self._dir_dirty = True
 
     def _shrink_marker_only(self) -> None:
-        """Replace the marker-only active segment by a copy of its last marker (write aside,
-        sync, rename): idle tasks that commit on a timer do not grow the log."""
+        """Replace the marker-only active segment by its last commit alone (write aside, sync,
+        rename): idle tasks that commit on a timer do not grow the log."""
         seg = self._segments[-1]
-        end = self._committed_pos
-        (flen,) = TRAILER.unpack(os.pread(self._fd, 4, end - 4))
-        last = os.pread(self._fd, flen, end - flen)
+        m = read_last_marker(self._fd, self._committed_pos)
+        assert m is not None, "the active segment ends with a commit"
+        last = b"".join(_alone(m))
         tmp = seg.path + CLEANED_SUFFIX
         fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
@@ -317,7 +365,17 @@ class TransactionWriter:
         except OSError as exc:
             self._fail(exc)
         faults.point("changelog.after_append")
-        self._write(marker_frame(self._txn_id, self._next, position, max_ts, now_ms, metadata))
+        marker = commit_marker(
+            self._txn_id,
+            self._next,
+            position,
+            max_ts,
+            now_ms,
+            metadata,
+            start_offset=self._committed_end,
+            txn_start_pos=self._committed_pos,
+        )
+        self._write(marker)
         try:
             if self.fsync:
                 os.fdatasync(self._fd)
@@ -356,3 +414,17 @@ class TransactionWriter:
     def in_transaction(self) -> bool:
         """True when records were appended since the last commit or abort."""
         return self._next > self._committed_end
+
+
+def _alone(m: Marker) -> list[bytes]:
+    """The commit ``m`` as the only content of a file: a transaction without records."""
+    return commit_marker(
+        m.txn_id,
+        m.end_offset,
+        m.input_position,
+        m.max_timestamp,
+        m.commit_time_ms,
+        m.metadata,
+        start_offset=m.end_offset,
+        txn_start_pos=0,
+    )

@@ -17,11 +17,28 @@ A task is txstore's unit of exactly-once processing, as in Kafka Streams. Its li
 **One commit across several changelogs.** Each store has its own changelog, as in Kafka, but a
 task commit must be all-or-nothing across them (Kafka gets this from its transaction
 coordinator). Every commit marker carries the task's commit sequence number and the names of the
-stores that take part. A crash while the changelogs are being committed leaves some with the
-new sequence number and some without; :meth:`Task.initialize` rolls the ones that got ahead back
-to the common commit (:meth:`~txstore.changelog.log.FileChangelog.rollback_last_commit`). A commit
-is therefore complete exactly when every participant's changelog holds its marker, and the
-input is re-read from the input position of the last complete commit.
+stores that take part (:mod:`txstore.changelog.coordination`). A crash while the changelogs are
+being committed leaves some with the new sequence number and some without;
+:meth:`Task.initialize` rolls the ones that got ahead back to the common commit
+(:meth:`~txstore.changelog.log.FileChangelog.rollback_last_commit`). A commit is therefore
+complete exactly when every participant's changelog holds its marker, and the input is re-read
+from the input position of the last complete commit.
+
+**Recovery never makes damage worse.** :meth:`Task.initialize` first checks everything and only
+then writes: every changelog is scanned when its store is opened (damaged committed data raises
+:class:`~txstore.errors.ChangelogCorruptionError` there, before any file is changed), the
+changelogs of stores not opened this time are scanned, the cross-store rollback is planned and
+checked against the stores' committed offsets (a store that committed a range the plan would
+undo proves that commit was complete: :class:`TaskCorruptedError`, nothing changed); then torn
+tails are truncated, changelogs rolled back, stores recovered and restored.
+
+**A commit that fails** (an I/O error, a full disk, an exception at any point) never writes the
+same sequence number twice. If it failed after some changelogs committed it, the task remembers
+which: :meth:`Task.commit` with the same input position and nothing processed since finishes it
+(the changelogs that have it are skipped), :meth:`Task.abort` undoes it, and anything else is
+refused with :class:`~txstore.errors.IllegalStateError` until one of those (or a close and
+reopen, whose recovery rolls it back). A changelog that hit an I/O error refuses all writes
+until the task is reopened.
 
 What a crash at each point leaves, and how :meth:`initialize` repairs it:
 
@@ -39,7 +56,6 @@ during restore                      restore resumes from the last restored batch
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -48,16 +64,24 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from txstore import codecs, faults
+from txstore.changelog.coordination import (
+    RecoveryPlan,
+    commit_metadata,
+    plan_recovery,
+)
 from txstore.changelog.layer import (
     RecordContext,
 )
 from txstore.changelog.log import CleanupPolicy, FileChangelog
 from txstore.codecs import ValueFormat
 from txstore.errors import (
+    IllegalStateError,
     InvalidArgumentError,
     InvalidStateStoreError,
-    StorageError,
+    InvalidTypeError,
+    OffsetError,
     StoreClosedError,
+    TaskCorruptedError,
 )
 from txstore.runtime.database import Database
 from txstore.stores.assembly import StoreKind, StoreStack
@@ -82,11 +106,6 @@ CLEAN_EVERY = 100
 #: Kafka's ``windowstore.changelog.additional.retention.ms``: windowed changelogs keep records
 #: this much longer than the store does.
 CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 3600 * 1000
-
-
-class TaskCorruptedError(StorageError):
-    """A store is ahead of its changelog (the changelog lost committed data): the store cannot
-    be trusted. Kafka's ``TaskCorruptedException``: wipe the store and restore it."""
 
 
 @dataclass(frozen=True)
@@ -125,18 +144,22 @@ class _Entry:
         return cls(stack.name, stack.kind, stack.stored_format, stack.bytes_store, log)
 
 
-def _commit_metadata(seq: int, stores: list[str]) -> bytes:
-    return json.dumps({"seq": seq, "stores": stores}, separators=(",", ":")).encode()
+#: The marker metadata of a task commit (kept under this name for perf/bench_restore.py, which
+#: writes task changelogs directly).
+_commit_metadata = commit_metadata
 
 
-def _read_metadata(blob: bytes) -> tuple[int, list[str]]:
-    if not blob:
-        return 0, []
-    try:
-        doc = json.loads(blob)
-        return int(doc["seq"]), [str(s) for s in doc["stores"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StorageError(f"unreadable task commit metadata {blob[:80]!r}") from exc
+@dataclass
+class _PartialCommit:
+    """A task commit that failed after some changelogs committed it: its sequence number and
+    input position, the stores taking part, the changelogs that hold it (``done``), and each
+    changelog's end offset when it failed (more records since: processing went on)."""
+
+    seq: int
+    position: int
+    names: list[str]
+    done: set[str] = field(default_factory=set)
+    ends: dict[str, int] = field(default_factory=dict)
 
 
 class Task:
@@ -179,6 +202,7 @@ class Task:
         self._state = "created"
         self._seq = 0
         self._input_position: int | None = None
+        self._partial: _PartialCommit | None = None
         self._commits = 0
         self.db = Database(
             self.path, sync=sync, overlay_budget_bytes=overlay_budget_bytes, changelogs=self
@@ -204,8 +228,14 @@ class Task:
             policy = CleanupPolicy.COMPACT_DELETE
             options["retention_ms"] = retention_period + CHANGELOG_ADDITIONAL_RETENTION_MS
         options.update(self._changelog_options)
+        # Scanned now (damage raises before anything is written), repaired by initialize()
+        # once every changelog of the task was checked.
         return FileChangelog(
-            self.path / "changelog" / name, cleanup_policy=policy, fsync=self.sync, **options
+            self.path / "changelog" / name,
+            cleanup_policy=policy,
+            fsync=self.sync,
+            repair=False,
+            **options,
         )
 
     def _check_created(self) -> None:
@@ -255,7 +285,13 @@ class Task:
         self, progress: Callable[[RestoreProgress], None] | None = None
     ) -> RestoreReport:
         """Recover and restore every store; afterwards the task is running. See the module
-        docstring for what is repaired. ``progress`` is called after every restore batch."""
+        docstring for what is repaired, and in which order. ``progress`` is called after every
+        restore batch.
+
+        Raises :class:`~txstore.errors.ChangelogCorruptionError` for damaged committed data in
+        a changelog (opening a store already raises it for the store's own changelog) and
+        :class:`TaskCorruptedError` when stores and changelogs disagree beyond repair; in both
+        cases before anything was written."""
         self._check_created()
         started = time.perf_counter()
         report = RestoreReport()
@@ -270,34 +306,34 @@ class Task:
         return report
 
     def _repair_changelogs(self, report: RestoreReport) -> None:
-        logs = {name: e.log for name, e in self._entries.items()}
+        entries = self._entries
+        logs = {name: e.log for name, e in entries.items()}
         # Changelogs of stores that are not open this time still take part in the repair.
         root = self.path / "changelog"
         others: list[FileChangelog] = []
-        if root.is_dir():
-            for d in sorted(root.iterdir()):
-                if d.is_dir() and d.name not in logs:
-                    log = FileChangelog(d, fsync=self.sync)
-                    others.append(log)
-                    logs[d.name] = log
         try:
-            seqs = {n: _read_metadata(log.last_committed_metadata) for n, log in logs.items()}
-            latest = max((s for s, _ in seqs.values()), default=0)
-            if latest:
-                participants = next(p for s, p in seqs.values() if s == latest)
-                complete = all(seqs.get(p, (0, []))[0] == latest for p in participants)
-                if not complete:
-                    for name, (seq, _) in seqs.items():
-                        if seq == latest:
-                            undone = logs[name].rollback_last_commit()
-                            report.rolled_back[name] = undone.end_offset - undone.start_offset
-                    latest -= 1
-            self._seq = latest
-            self._input_position = None
+            if root.is_dir():
+                for d in sorted(root.iterdir()):
+                    if d.is_dir() and d.name not in logs:
+                        log = FileChangelog(d, fsync=self.sync, repair=False)
+                        others.append(log)
+                        logs[d.name] = log
+            # 1. check: nothing below writes until every changelog and store agreed
+            for entry in entries.values():
+                _check_not_ahead(entry, entry.log.committed_end_offset)
+            plan = plan_recovery(logs)
+            for entry in entries.values():
+                _check_not_ahead(entry, plan.ends[entry.name], plan)
+            # 2. repair: torn tails, then the changelogs ahead of the last complete commit
             for log in logs.values():
-                seq, _ = _read_metadata(log.last_committed_metadata)
-                if seq == latest and latest:
-                    self._input_position = log.last_committed_input_position
+                log.repair()
+            for name, count in plan.undo.items():
+                for _ in range(count):
+                    undone = logs[name].rollback_last_commit()
+                    records = undone.end_offset - undone.start_offset
+                    report.rolled_back[name] = report.rolled_back.get(name, 0) + records
+            self._seq = plan.seq
+            self._input_position = plan.input_position
         finally:
             for log in others:
                 log.close()
@@ -305,15 +341,10 @@ class Task:
     def _restore(self, entry: _Entry, progress: Callable[[RestoreProgress], None] | None) -> int:
         log, raw = entry.log, entry.raw
         end = log.committed_end_offset
+        _check_not_ahead(entry, end)
         start = raw.committed_offset
         if start is None:
             start = log.log_start_offset
-        if start > end:
-            raise TaskCorruptedError(
-                f"store {entry.name!r} is at changelog offset {start} but its changelog "
-                f"{log.path!r} ends at {end}: the changelog lost committed data; wipe the store "
-                "and restore it from the changelog"
-            )
         total = end - start
         restored = 0
         if total == 0:
@@ -370,32 +401,101 @@ class Task:
 
     def commit(self, input_position: int) -> None:
         """Commit the processing done since the last commit, with ``input_position`` (where
-        processing resumes after a crash). Changelogs first, then the stores."""
+        processing resumes after a crash). Changelogs first, then the stores.
+
+        ``input_position`` is an ``int`` (else :class:`~txstore.errors.InvalidTypeError`), at
+        least 0 and at least the last committed one (else :class:`~txstore.errors.OffsetError`);
+        both are checked before anything is written. After a commit that failed part way,
+        see the module docstring: the retry with the same position finishes it, anything else
+        raises :class:`~txstore.errors.IllegalStateError`, a changelog that hit an I/O error
+        :class:`~txstore.errors.StorageError`."""
         self._check_running()
-        seq = self._seq + 1
-        names = sorted(self._entries)
-        metadata = _commit_metadata(seq, names)
-        faults.point("task.before_changelog_commit")
-        entries = [self._entries[n] for n in names]
-        for i, entry in enumerate(entries):
-            entry.log.commit(input_position, metadata)
-            if i < len(entries) - 1:
-                faults.point("task.between_changelog_commits")
+        position = self._check_position(input_position)
+        entries = [self._entries[n] for n in sorted(self._entries)]
+        names = [e.name for e in entries]
+        partial = self._partial
+        if partial is not None:
+            self._check_resumable(partial, position, entries)
+        else:
+            partial = _PartialCommit(self._seq + 1, position, names)
+        todo = [e for e in entries if e.name not in partial.done]
+        for entry in todo:  # refused before anything is written
+            entry.log.check_writable()
+        metadata = commit_metadata(partial.seq, names)
+        try:
+            faults.point("task.before_changelog_commit")
+            for i, entry in enumerate(todo):
+                entry.log.commit(position, metadata)
+                partial.done.add(entry.name)
+                if i < len(todo) - 1:
+                    faults.point("task.between_changelog_commits")
+        except BaseException:
+            if partial.done:  # some changelogs hold this commit: never commit it again
+                partial.ends = {e.name: e.log.end_offset for e in entries}
+                self._partial = partial
+            raise
+        # Every changelog holds the commit: it is durable (recovery replays what the stores
+        # miss), whatever happens to the store commit below.
+        self._partial = None
+        self._seq = partial.seq
+        self._input_position = position
         faults.point("task.after_changelog_commit")
         self.db.partition.commit_stores({e.name: e.log.committed_end_offset for e in entries})
         faults.point("task.after_store_commit")
-        self._seq = seq
-        self._input_position = input_position
         self._commits += 1
         if self._commits % CLEAN_EVERY == 0:
             self.clean_changelogs()
 
+    def _check_position(self, position: object) -> int:
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise InvalidTypeError(
+                f"input_position must be an int, got {type(position).__name__}; nothing was written"
+            )
+        if position < 0:
+            raise OffsetError(f"input_position must be >= 0, got {position}; nothing was written")
+        last = self._input_position
+        if last is not None and position < last:
+            raise OffsetError(
+                f"input_position {position} is below the last committed input position {last}: "
+                "a task's input position never goes back; nothing was written"
+            )
+        return int(position)
+
+    def _check_resumable(
+        self, partial: _PartialCommit, position: int, entries: list[_Entry]
+    ) -> None:
+        """Refuse to go on after a commit that failed part way unless this is its retry."""
+        grown = [e.name for e in entries if e.log.end_offset != partial.ends.get(e.name)]
+        same = position == partial.position and [e.name for e in entries] == partial.names
+        if same and not grown:
+            return
+        raise IllegalStateError(
+            f"task commit {partial.seq} (input position {partial.position}) failed after the "
+            f"changelogs of {sorted(partial.done)} committed it"
+            + (f", and stores {grown} were written since" if grown else "")
+            + f": retry commit({partial.position}) before processing anything else, call "
+            "abort() to undo it, or close the task (initialize() undoes it); nothing was written"
+        )
+
     def abort(self) -> None:
-        """Discard everything since the last commit (store overlays and changelog tails)."""
+        """Discard everything since the last commit (store overlays and changelog tails), and
+        undo a commit that failed after some changelogs committed it (they roll it back).
+        Raises :class:`~txstore.errors.StorageError` if a changelog that must roll back hit an
+        I/O error: close the task then, its recovery does the same on reopening."""
         self._check_running()
-        for entry in self._entries.values():
+        partial = self._partial
+        entries = self._entries
+        if partial is not None:
+            for name in sorted(partial.done):
+                entries[name].log.rollback_last_commit()
+                partial.done.discard(name)
+            self._partial = None
+        for entry in entries.values():
             entry.log.abort()
             entry.raw.recover(entry.log.committed_end_offset)
+            behind = entry.raw.committed_offset
+            if behind is not None and behind < entry.log.committed_end_offset:
+                self._restore(entry, None)  # a failed store commit: replay what it missed
 
     def clean_changelogs(self, now_ms: int | None = None) -> None:
         """Compact key-value changelogs and apply retention to windowed ones."""
@@ -442,3 +542,25 @@ class Task:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_not_ahead(entry: _Entry, end: int, plan: RecoveryPlan | None = None) -> None:
+    """Raise :class:`TaskCorruptedError` if the store of ``entry`` committed past the changelog
+    offset ``end`` (its changelog's end, or where the recovery ``plan`` would leave it)."""
+    committed = entry.raw.committed_offset
+    if committed is None or committed <= end:
+        return
+    log = entry.log
+    if plan is None:
+        raise TaskCorruptedError(
+            f"store {entry.name!r} is at changelog offset {committed} but its changelog "
+            f"{log.path!r} ends at {end}: the changelog lost committed data; wipe the store "
+            "and restore it from the changelog, or restore the changelog; nothing was changed"
+        )
+    raise TaskCorruptedError(
+        f"task commit {plan.incomplete} is missing from the changelogs of {plan.lacking}, but "
+        f"store {entry.name!r} committed it (it is at changelog offset {committed}; undoing the "
+        f"commit would end its changelog {log.path!r} at {end}): the commit was complete, so "
+        f"the changelogs of {plan.lacking} lost committed data. Restore them, or wipe their "
+        "stores and restore them; nothing was changed"
+    )

@@ -1,0 +1,134 @@
+"""Several changelogs committed as one task commit, and recovery from a crash inside one.
+
+Kafka commits the changelog partitions of a task atomically through its transaction
+coordinator; txstore's changelogs are separate files, so a task commits them one after the
+other and every commit marker carries the task's commit **sequence number** and the **names of
+the stores** taking part (:func:`commit_metadata`). A task commit is complete when every
+participant's changelog holds its marker.
+
+After a crash in the middle of a task commit some changelogs hold it and others do not.
+:func:`plan_recovery` works out, *before anything is written*, which changelogs must undo
+their last commit(s) so that all of them end at the same complete task commit, where each
+changelog then ends, and the input position to resume from. The caller checks that plan
+against its stores (a store that already committed a range the plan would undo proves the
+commit was complete, so a changelog lost data) and only then applies it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from txstore.changelog.history import CommitRecord
+from txstore.errors import StorageError, TaskCorruptedError
+
+__all__ = ["MAX_UNDONE", "CommitSource", "RecoveryPlan", "commit_metadata", "plan_recovery"]
+
+#: Most commits recovery undoes in one changelog. One is what a crash inside a task commit
+#: leaves; two is what a task commit retried after a failure could leave with changelog format
+#: version 1 (the same sequence number twice in one changelog, see ``docs/recovery.md``). More
+#: means something else happened, and recovery refuses to guess.
+MAX_UNDONE: Final = 2
+
+
+def commit_metadata(seq: int, stores: list[str]) -> bytes:
+    """The marker metadata of task commit ``seq`` of ``stores``: ``{"seq":n,"stores":[...]}``."""
+    return json.dumps({"seq": seq, "stores": stores}, separators=(",", ":")).encode()
+
+
+def read_commit_metadata(blob: bytes) -> tuple[int, list[str]]:
+    """``(seq, stores)`` of a marker's metadata; ``(0, [])`` for a commit made outside a task."""
+    if not blob:
+        return 0, []
+    try:
+        doc = json.loads(blob)
+        return int(doc["seq"]), [str(s) for s in doc["stores"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(f"unreadable task commit metadata {blob[:80]!r}") from exc
+
+
+class CommitSource(Protocol):
+    """What planning needs of a changelog (a :class:`~txstore.changelog.log.FileChangelog`)."""
+
+    @property
+    def committed_end_offset(self) -> int: ...
+
+    def recent_commits(self, n: int = 1) -> list[CommitRecord]: ...
+
+
+@dataclass
+class RecoveryPlan:
+    """What recovery will do: undo ``undo[name]`` commits of each changelog, after which it
+    ends at ``ends[name]``; the last complete task commit is ``seq`` (0: none), to resume at
+    ``input_position``. ``incomplete`` is the sequence number of the task commit undone."""
+
+    undo: dict[str, int] = field(default_factory=dict)
+    ends: dict[str, int] = field(default_factory=dict)
+    seq: int = 0
+    input_position: int | None = None
+    incomplete: int | None = None
+    lacking: list[str] = field(default_factory=list)  # participants without the undone commit
+
+
+def plan_recovery(logs: Mapping[str, CommitSource]) -> RecoveryPlan:
+    """Plan the recovery of the changelogs ``logs`` (by store name) of one task. Reads only.
+
+    While the newest task commit found (the highest sequence number among the changelogs' last
+    commits) is missing from one of its participants, it is incomplete: every changelog whose
+    last commit it is undoes it, and the next newest is looked at. Raises
+    :class:`~txstore.errors.TaskCorruptedError` when the changelogs contradict each other
+    (two participant lists for one commit) or more than :data:`MAX_UNDONE` commits of one
+    changelog would have to go.
+    """
+    history: dict[str, list[CommitRecord]] = {n: log.recent_commits(1) for n, log in logs.items()}
+    depth = dict.fromkeys(logs, 0)
+    plan = RecoveryPlan()
+
+    def head(name: str) -> CommitRecord | None:
+        k, commits = depth[name], history[name]
+        if k >= len(commits) and len(commits) == k:  # fetched all asked for: ask for more
+            commits = history[name] = logs[name].recent_commits(k + 1)
+        return commits[k] if k < len(commits) else None
+
+    while True:
+        heads = {n: head(n) for n in logs}
+        meta = {n: read_commit_metadata(h.metadata) if h else (0, []) for n, h in heads.items()}
+        latest = max((seq for seq, _ in meta.values()), default=0)
+        if not latest:
+            break
+        lists = {tuple(stores) for seq, stores in meta.values() if seq == latest}
+        if len(lists) > 1:
+            raise TaskCorruptedError(
+                f"the changelogs of task commit {latest} name different stores taking part "
+                f"({sorted(lists)}): recovery cannot tell which is right; nothing was changed"
+            )
+        participants = list(next(iter(lists)))
+        lacking = [p for p in participants if meta.get(p, (0, []))[0] != latest]
+        if not lacking:
+            break
+        plan.incomplete = latest if plan.incomplete is None else plan.incomplete
+        plan.lacking = plan.lacking or lacking
+        for name, (seq, _) in meta.items():
+            if seq == latest:
+                depth[name] += 1
+                if depth[name] > MAX_UNDONE:
+                    raise TaskCorruptedError(
+                        f"recovering task commit {plan.incomplete} would undo more than "
+                        f"{MAX_UNDONE} commits of the changelog of store {name!r} (stores "
+                        f"{lacking} lack commit {latest}): the changelogs do not describe one "
+                        "crash; nothing was changed"
+                    )
+    for name, log in logs.items():
+        k = depth[name]
+        plan.undo[name] = k
+        plan.ends[name] = history[name][k - 1].start_offset if k else log.committed_end_offset
+    plan.seq = latest
+    if latest:
+        plan.input_position = next(
+            h.input_position
+            for n, h in heads.items()
+            if h is not None and read_commit_metadata(h.metadata)[0] == latest
+        )
+    return plan
