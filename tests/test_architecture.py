@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -114,9 +115,7 @@ def graph() -> dict[str, set[str]]:
     for module in MODULES:
         # A package's __init__ re-exporting its own children is not a dependency of design.
         out[module] = {
-            t
-            for t, _, _ in imports(module)
-            if not t.startswith(module + ".") and t not in COMPILED
+            t for t, _, _ in imports(module) if not t.startswith(module + ".") and t not in COMPILED
         }
     return out
 
@@ -205,3 +204,16 @@ def test_the_rules_catch_a_climbing_import() -> None:
     assert owner("txstore.runtime.task")[0] > layer
     assert owner("txstore.queries.http.server")[0] > owner("txstore.queries.local")[0]
     assert resolve("txstore.runtime.task.Task") == "txstore.runtime.task"
+
+
+def test_the_architecture_page_names_only_modules_that_exist() -> None:
+    """docs/architecture.md must match the code: every module path it names exists."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(
+        re.findall(r"\b((?:engine|bytestores|changelog|stores|runtime|queries|cli)/\w+\.py)", text)
+    )
+    missing = sorted(p for p in named if not (PACKAGE / p).is_file())
+    assert named and not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+    dotted = set(re.findall(r"`(txstore(?:\.\w+)+)`", text))
+    unknown = sorted(d for d in dotted if resolve(d) not in (d, d.rsplit(".", 1)[0]))
+    assert not unknown, f"docs/architecture.md names unknown modules: {unknown}"

@@ -22,6 +22,7 @@ from txstore.errors import (
     UnsupportedOperationError,
 )
 from txstore.runtime.database import Database, open
+from txstore.runtime.task import Task
 from txstore.runtime.windowed_tables import (
     Materialized,
     SessionWindowedSerde,
@@ -32,6 +33,7 @@ from txstore.runtime.windowed_tables import (
 )
 from txstore.stores.factories import Stores
 from txstore.stores.formats import DslStoreFormat
+from txstore.stores.kv import KeyValueStore, ReadOnlyKeyValueStore
 from txstore.stores.serdes import Serde, Serdes, register_serde, serde_by_name
 from txstore.stores.session import ReadOnlySessionStore, SessionStore
 from txstore.stores.window import ReadOnlyWindowStore, WindowStore
@@ -62,9 +64,11 @@ __all__ = [
     "InvalidStateStoreError",
     "InvalidTypeError",
     "KeyValue",
+    "KeyValueStore",
     "Materialized",
     "OffsetError",
     "ReadOnlyError",
+    "ReadOnlyKeyValueStore",
     "ReadOnlySessionStore",
     "ReadOnlyWindowStore",
     "Serde",
@@ -76,6 +80,7 @@ __all__ = [
     "StorageError",
     "StoreClosedError",
     "Stores",
+    "Task",
     "TimeWindow",
     "TimeWindowedSerde",
     "TxStoreError",
