@@ -14,12 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from txstore import codecs
-from txstore.bytestores.schemas import SessionKeySchema, WindowKeySchema
-from txstore.bytestores.segments import SegmentedBytesStore, SegmentedReadCommittedView
-from txstore.bytestores.upgrade import UpgradingBytesKeyValueStore, UpgradingReadCommittedView
 from txstore.codecs import ValueFormat
 from txstore.engine.base import PartitionBase, Snapshot
 from txstore.errors import InvalidArgumentError
+from txstore.stores.assembly import bytes_store, committed_view
 from txstore.stores.formats import value_codec
 from txstore.stores.serdes import Serde, serde_by_name
 from txstore.types import SessionWindow, TimeWindow, Windowed
@@ -85,8 +83,9 @@ def open_view(
     meta: Mapping[str, Any] | None = None,
 ) -> StoreView:
     """A read-committed view of store ``name`` of ``partition`` (read-only partitions work),
-    built from its metadata (``meta``, or what the partition records); with ``snapshot``,
-    every read sees that one commit."""
+    built from its metadata (``meta``, or what the partition records) by the bytes layer of
+    :func:`~txstore.stores.assembly.assemble`; with ``snapshot``, every read sees that one
+    commit."""
     if meta is None:
         meta = partition.store_meta(name)
     if meta is None:
@@ -95,22 +94,8 @@ def open_view(
     kind = meta.get("kind")
     if kind not in KINDS:
         raise InvalidArgumentError(f"store {name!r} has unknown kind {kind!r}")
-    fmt = stored_format(meta)
-    if kind == "key_value":
-        legacy = [(suffix, ValueFormat[f]) for suffix, f in meta.get("legacy") or ()]
-        kv = UpgradingBytesKeyValueStore(
-            name, partition, fmt=fmt, data_suffix=meta.get("db"), legacy=legacy
-        )
-        return StoreView(kv, UpgradingReadCommittedView(kv, snapshot), meta)
-    store = SegmentedBytesStore(
-        name,
-        partition,
-        schema=WindowKeySchema() if kind == "window" else SessionKeySchema(),
-        retention=int(meta["retention"]),
-        segment_interval=int(meta["segment_interval"]),
-        fmt=fmt,
-    )
-    return StoreView(store, SegmentedReadCommittedView(store, snapshot), meta)
+    store = bytes_store(partition, name, dict(meta), fmt=stored_format(meta))
+    return StoreView(store, committed_view(store, snapshot), meta)
 
 
 def _serde(meta: Mapping[str, Any], field: str) -> Serde[Any]:

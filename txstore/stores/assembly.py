@@ -22,10 +22,14 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from txstore.bytestores.adapters import check_upgrade, find_adapter
-from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.bytestores.kv import BytesKeyValueStore, ReadCommittedView
 from txstore.bytestores.schemas import SessionKeySchema, WindowKeySchema
-from txstore.bytestores.segments import SegmentedBytesStore
-from txstore.bytestores.upgrade import KV_DB_SUFFIX, UpgradingBytesKeyValueStore
+from txstore.bytestores.segments import SegmentedBytesStore, SegmentedReadCommittedView
+from txstore.bytestores.upgrade import (
+    KV_DB_SUFFIX,
+    UpgradingBytesKeyValueStore,
+    UpgradingReadCommittedView,
+)
 from txstore.changelog.api import Changelog
 from txstore.changelog.layer import (
     ChangeLoggingKeyValueBytesStore,
@@ -33,7 +37,7 @@ from txstore.changelog.layer import (
     RecordContext,
 )
 from txstore.codecs import ValueFormat
-from txstore.engine.base import PartitionBase
+from txstore.engine.base import PartitionBase, Snapshot
 from txstore.errors import InvalidArgumentError
 from txstore.stores.formats import value_codec
 from txstore.stores.kv import KeyValueStore
@@ -54,6 +58,7 @@ __all__ = [
     "assemble",
     "bytes_store",
     "check_name_free",
+    "committed_view",
     "register",
 ]
 
@@ -261,6 +266,18 @@ def bytes_store(
         fmt=fmt,
         transactional=transactional,
     )
+
+
+def committed_view(
+    store: BytesStore, snapshot: Snapshot | None = None
+) -> ReadCommittedView | SegmentedReadCommittedView:
+    """A read-committed view of the bytes store ``store`` (what the catalog's readers use);
+    with ``snapshot``, every read sees that one commit. O(1)."""
+    if isinstance(store, SegmentedBytesStore):
+        return SegmentedReadCommittedView(store, snapshot)
+    if isinstance(store, UpgradingBytesKeyValueStore):
+        return UpgradingReadCommittedView(store, snapshot)
+    return ReadCommittedView(store, snapshot)
 
 
 def assemble(
