@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from txstore.bytestores.adapters import check_format
 from txstore.codecs import ValueFormat
+from txstore.engine.base import check_store_name
 from txstore.errors import InvalidArgumentError, InvalidTypeError
 from txstore.stores.assembly import StoreHost, StoreKind, assemble
 from txstore.stores.kv import KeyValueStore
@@ -30,7 +31,6 @@ __all__ = [
     "SessionStoreBuilder",
     "WindowBytesStoreSupplier",
     "WindowStoreBuilder",
-    "check_store_name",
     "millis",
     "session_supplier",
     "window_supplier",
@@ -38,14 +38,6 @@ __all__ = [
 
 K = TypeVar("K")
 V = TypeVar("V")
-
-
-def check_store_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise InvalidTypeError(f"store name must be a str, got {type(name).__name__}")
-    if not name:
-        raise InvalidArgumentError("store name cannot be empty")
-    return name
 
 
 def _check_serdes(key_serde: object, value_serde: object) -> None:
