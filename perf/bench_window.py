@@ -144,7 +144,7 @@ def bench_bytes(root: str, n_keys: int) -> tuple[float, float]:
     ):
         with txstore.open(os.path.join(root, name)) as db:
             w = db.window_store(
-                "w", Serdes.string(), Serdes.string(), retention=RETENTION, window_size=SIZE,
+                "w", Serdes.string(), Serdes.string(), retention_period=RETENTION, window_size=SIZE,
                 format=fmt,
             )  # fmt: skip
             value = make()

@@ -76,7 +76,7 @@ def main(argv: list[str]) -> None:
     path, keys = argv[0], int(argv[1])
     with txstore.open(path, sync=False) as db:
         w = db.window_store(
-            "w", Serdes.string(), Serdes.string(), retention=RETENTION, window_size=1
+            "w", Serdes.string(), Serdes.string(), retention_period=RETENTION, window_size=1
         )
         w.commit(0)
         print("READY", flush=True)

@@ -39,7 +39,9 @@ def main(argv: list[str]) -> None:
     if mode != "hold-drops":
         raise SystemExit(f"unknown mode {mode!r}")
     db = txstore.open(path, overlay_budget_bytes=16 * 1024)
-    w = db.window_store("w", Serdes.string(), Serdes.string(), retention=120_000, window_size=1)
+    w = db.window_store(
+        "w", Serdes.string(), Serdes.string(), retention_period=120_000, window_size=1
+    )
     for i in range(N):
         w.put(f"k{i:04d}", "seg0", 1_000)
         w.put(f"k{i:04d}", "seg1", 61_000)

@@ -30,7 +30,7 @@ SEG0 = b"w.0"
 
 def _window(db: txstore.Database, fmt: ValueFormat) -> Any:
     return db.window_store(
-        "w", Serdes.string(), Serdes.string(), retention=600_000, window_size=1, format=fmt
+        "w", Serdes.string(), Serdes.string(), retention_period=600_000, window_size=1, format=fmt
     )
 
 

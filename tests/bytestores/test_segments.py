@@ -145,7 +145,7 @@ def test_session_segments_by_end_and_in_memory_remove() -> None:
 
 def test_persistent_session_remove_advances_observed_time(tmp_path: Path) -> None:
     with txstore.open(tmp_path / "p") as db:
-        s = db.session_store("s", Serdes.string(), Serdes.long(), retention=RETENTION)
+        s = db.session_store("s", Serdes.string(), Serdes.long(), retention_period=RETENTION)
         s.put(Windowed("a", SessionWindow(0, 10)), 1)
         s.remove(Windowed("b", SessionWindow(0, 500_000)))
         assert s.observed_stream_time == 500_000
@@ -293,7 +293,7 @@ def test_segment_names_and_store_name_collisions(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError, match="collides"):
             db.key_value_store("w.60000")
         with pytest.raises(InvalidArgumentError, match="collides"):
-            db.window_store("w.120000", retention=RETENTION, window_size=1)
+            db.window_store("w.120000", retention_period=RETENTION, window_size=1)
 
 
 def test_validation_messages_are_kafkas() -> None:
@@ -332,7 +332,7 @@ def test_in_memory_time_only_find_sessions_is_end_ordered() -> None:
 def test_segmented_store_format_is_recorded_per_segment(tmp_path: Path) -> None:
     with txstore.open(tmp_path / "p") as db:
         w: WindowStore[bytes, Any] = db.window_store(
-            "w", retention=RETENTION, window_size=1, format=ValueFormat.HEADERS
+            "w", retention_period=RETENTION, window_size=1, format=ValueFormat.HEADERS
         )
         w.put(b"k", txstore.ValueTimestampHeaders(b"v", 5), 0)
         assert w.bytes_store.segment_format(0) == ValueFormat.HEADERS

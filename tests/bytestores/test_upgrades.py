@@ -223,7 +223,7 @@ def test_kv_upgrade_recover_chain_prune_and_downgrade(tmp_path: Path) -> None:
 
 
 def window(db: txstore.Database, fmt: ValueFormat) -> Any:
-    return db.window_store("w", Serdes.string(), Serdes.string(), retention=RETENTION,
+    return db.window_store("w", Serdes.string(), Serdes.string(), retention_period=RETENTION,
                            window_size=1, format=fmt)  # fmt: skip
 
 
@@ -295,11 +295,11 @@ def test_window_migration_headers_ts_value_to_headers_value(tmp_path: Path) -> N
 def test_session_upgrade_to_headers(tmp_path: Path) -> None:
     path = tmp_path / "p"
     with txstore.open(path) as db:
-        s = db.session_store("s", Serdes.string(), Serdes.long(), retention=RETENTION)
+        s = db.session_store("s", Serdes.string(), Serdes.long(), retention_period=RETENTION)
         s.put(Windowed("a", SessionWindow(0, 10)), 1)
         s.commit(1)
     with txstore.open(path) as db:
-        s = db.session_store("s", Serdes.string(), Serdes.long(), retention=RETENTION,
+        s = db.session_store("s", Serdes.string(), Serdes.long(), retention_period=RETENTION,
                              format=PH)  # fmt: skip
         assert s.fetch_session("a", 0, 10) == AggregationWithHeaders(1)
         s.put(Windowed("b", SessionWindow(0, 70_000)), AggregationWithHeaders(2, H))
@@ -307,4 +307,4 @@ def test_session_upgrade_to_headers(tmp_path: Path) -> None:
         assert s.bytes_store.segment_format(0) == PLAIN
         assert s.bytes_store.segment_format(1) == PH
     with txstore.open(path) as db, pytest.raises(ConfigConflictError, match="downgrades"):
-        db.session_store("s", Serdes.string(), Serdes.long(), retention=RETENTION)
+        db.session_store("s", Serdes.string(), Serdes.long(), retention_period=RETENTION)

@@ -58,7 +58,7 @@ def test_random_model(tmp_path: Path, budget: int, commits: float) -> None:
             "w",
             Serdes.string(),
             Serdes.string(),
-            retention=RETENTION,
+            retention_period=RETENTION,
             window_size=SIZE,
         )
         assert w.segment_interval == INTERVAL
@@ -121,7 +121,9 @@ def test_overlay_small_reads_match_chunk_reads() -> None:
 
 def test_writer_cursor_is_kept_until_the_transaction_ends(tmp_path: Path) -> None:
     with txstore.open(tmp_path / "p") as db:
-        w = db.window_store("w", Serdes.string(), Serdes.string(), retention=1000, window_size=10)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.string(), retention_period=1000, window_size=10
+        )
         w.put("k", "v0", 0)
         w.commit(1)
         part = db.partition
@@ -143,7 +145,9 @@ def test_writer_cursor_is_kept_until_the_transaction_ends(tmp_path: Path) -> Non
 
 def test_fork_child_forgets_the_writer_cursors(tmp_path: Path) -> None:
     with txstore.open(tmp_path / "p") as db:
-        w = db.window_store("w", Serdes.string(), Serdes.string(), retention=1000, window_size=10)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.string(), retention_period=1000, window_size=10
+        )
         w.put("k", "v0", 0)
         w.commit(1)
         with w.fetch("k", 0, 100) as it:
@@ -162,7 +166,9 @@ def test_fork_child_forgets_the_writer_cursors(tmp_path: Path) -> None:
 def test_many_windows_of_one_key_stream(tmp_path: Path) -> None:
     """More windows than the one-go limit in a segment: the streaming iterator, same rows."""
     with txstore.open(tmp_path / "p") as db:
-        w = db.window_store("w", Serdes.string(), Serdes.long(), retention=10_000, window_size=1)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.long(), retention_period=10_000, window_size=1
+        )
         n = SMALL_READ_LIMIT * 3
         for t in range(n):
             w.put("k", t, t)

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 def _open_reader(path: Path, max_dbs: int | None = None) -> tuple[txstore.Database, object]:
     db = txstore.open(path, readonly=True, max_dbs=max_dbs)
-    w = db.window_store("w", Serdes.string(), Serdes.string(), retention=STEP, window_size=1)
+    w = db.window_store("w", Serdes.string(), Serdes.string(), retention_period=STEP, window_size=1)
     return db, w.read_committed()
 
 

@@ -92,7 +92,9 @@ def test_writer_read_transaction_ends_at_close(tmp_path: Path) -> None:
 
 def test_window_segment_drop_and_recreate_through_writer_reads(tmp_path: Path) -> None:
     with txstore.open(tmp_path / "p") as db:
-        w = db.window_store("w", Serdes.string(), Serdes.string(), retention=1000, window_size=10)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.string(), retention_period=1000, window_size=10
+        )
         for t in range(0, 5000, 100):  # later segments expire and drop earlier ones
             w.put("k", f"v{t}", t)
             w.commit(t + 1)
@@ -231,7 +233,9 @@ def test_typed_fast_put_is_not_taken_past_change_logging(tmp_path: Path) -> None
 @pytest.fixture
 def windows(tmp_path: Path) -> Iterator[Any]:
     with txstore.open(tmp_path / "p") as db:
-        w = db.window_store("w", Serdes.string(), Serdes.string(), retention=1000, window_size=10)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.string(), retention_period=1000, window_size=10
+        )
         for t in (0, 10, 20, 30):
             w.put("k", f"v{t}", t)
         yield w
@@ -297,7 +301,9 @@ def test_fetch_fast_path_with_datetimes_and_reverse(windows: Any) -> None:
 
 def test_committed_view_rereads_the_segment_registry_after_each_commit(tmp_path: Path) -> None:
     with txstore.open(tmp_path / "p") as db:
-        w = db.window_store("w", Serdes.string(), Serdes.string(), retention=1000, window_size=10)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.string(), retention_period=1000, window_size=10
+        )
         view = w.read_committed()
         raw_view = w._inner.read_committed()
         assert raw_view._segment_ids() == []
@@ -327,7 +333,9 @@ def test_only_the_writer_partition_counts_its_writes(tmp_path: Path) -> None:
         p = db.partition
         assert isinstance(p, Partition) and p.path is not None
         before = p.write_generation
-        w = db.window_store("w", Serdes.string(), Serdes.string(), retention=1000, window_size=10)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.string(), retention_period=1000, window_size=10
+        )
         w.put("k", "a", 0)
         w.commit(1)
         assert p.write_generation is not None and before is not None

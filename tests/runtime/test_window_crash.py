@@ -25,7 +25,9 @@ def test_sigkill_with_staged_segment_drops(tmp_path: Path) -> None:
                 stream.close()
     assert proc.returncode == -signal.SIGKILL
     with txstore.open(path) as db:
-        w = db.window_store("w", Serdes.string(), Serdes.string(), retention=120_000, window_size=1)
+        w = db.window_store(
+            "w", Serdes.string(), Serdes.string(), retention_period=120_000, window_size=1
+        )
         assert w.recover(7) is True and w.recover(8) is False
         assert not (path / "spill").exists()
         assert w.bytes_store.segment_ids() == [0, 1]  # the staged drop never happened

@@ -663,7 +663,7 @@ def test_records_of_expired_segments_are_dropped_as_kafka_does(tmp_path: Path) -
     # does one batch, where the observed time first advances to the batch's largest start.
     with txstore.open(tmp_path / "puts", sync=False) as db:
         ref: Any = db.window_store(
-            "w", retention=120_000, window_size=1_000, retain_duplicates=True
+            "w", retention_period=120_000, window_size=1_000, retain_duplicates=True
         )
         for s in starts:
             ref.put(b"k", b"v%d" % s, s)
@@ -757,7 +757,7 @@ def test_bad_records_name_the_record_and_keep_committed_batches(tmp_path: Path) 
             assert not db.store("w").is_open
         with txstore.open(path, sync=False) as db:
             table = db.window_store(
-                "w", Serdes.string(), Serdes.bytes(), retention=RETENTION, window_size=WINDOW
+                "w", Serdes.string(), Serdes.bytes(), retention_period=RETENTION, window_size=WINDOW
             )
             assert table.committed_offset == 4  # two committed batches of two
             with table.all() as it:

@@ -87,7 +87,7 @@ def _write_segmented(db: txstore.Database, p: int) -> dict[str, int]:
             name,
             serde_by_name(k),
             serde_by_name(v),
-            retention=RETENTION,
+            retention_period=RETENTION,
             window_size=WINDOW_SIZE,
             retain_duplicates=name == "w_plain",
             format=fmt,
@@ -99,7 +99,7 @@ def _write_segmented(db: txstore.Database, p: int) -> dict[str, int]:
             w.put("key0", 999, 0)  # retained duplicate
     for name, (k, v, fmt) in SESSIONS.items():
         s = db.session_store(
-            name, serde_by_name(k), serde_by_name(v), retention=RETENTION, format=fmt
+            name, serde_by_name(k), serde_by_name(v), retention_period=RETENTION, format=fmt
         )
         for i in range(40 + p):
             start = i * 10_000
@@ -242,7 +242,7 @@ def _segmented_direct(root: Path, name: str) -> list[tuple[Any, ...]]:
         with txstore.open(root / str(p), readonly=True) as db:
             if session:
                 store: Any = db.session_store(
-                    name, serde_by_name(k), serde_by_name(v), retention=RETENTION, format=fmt
+                    name, serde_by_name(k), serde_by_name(v), retention_period=RETENTION, format=fmt
                 )
                 it = store.fetch(None, None)
             else:
@@ -250,7 +250,7 @@ def _segmented_direct(root: Path, name: str) -> list[tuple[Any, ...]]:
                     name,
                     serde_by_name(k),
                     serde_by_name(v),
-                    retention=RETENTION,
+                    retention_period=RETENTION,
                     window_size=WINDOW_SIZE,
                     retain_duplicates=name == "w_plain",
                     format=fmt,

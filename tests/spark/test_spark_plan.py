@@ -293,12 +293,16 @@ def test_window_session_and_upgraded_stores_in_process(tmp_path: Path) -> None:
 
     with txstore.open(tmp_path / "0") as db:
         w = db.window_store(
-            "w", Serdes.string(), Serdes.long(), retention=10_000, window_size=1_000
+            "w", Serdes.string(), Serdes.long(), retention_period=10_000, window_size=1_000
         )
         for i in range(5):
             w.put(f"k{i % 2}", i, i * 3_000)  # several segments
         s = db.session_store(
-            "s", Serdes.string(), Serdes.json(), retention=10_000, format=ValueFormat.PLAIN_HEADERS
+            "s",
+            Serdes.string(),
+            Serdes.json(),
+            retention_period=10_000,
+            format=ValueFormat.PLAIN_HEADERS,
         )
         s.put(Windowed("a", SessionWindow(10, 20)), AggregationWithHeaders({"n": 1}, Headers()))
         s.put(

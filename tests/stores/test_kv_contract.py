@@ -317,7 +317,9 @@ def test_reopen_with_the_other_transactional_flag_is_accepted(tmp_path: Any) -> 
     path = tmp_path / "p"
     with txstore.open(path) as db:
         kv = db.key_value_store("kv", Serdes.string(), Serdes.long(), transactional=True)
-        win = db.window_store("win", Serdes.string(), Serdes.long(), retention=100, window_size=10)
+        win = db.window_store(
+            "win", Serdes.string(), Serdes.long(), retention_period=100, window_size=10
+        )
         kv.put("a", 1)
         win.put("a", 1, 5)
         db.commit({"kv": 1, "win": 1})
@@ -325,7 +327,7 @@ def test_reopen_with_the_other_transactional_flag_is_accepted(tmp_path: Any) -> 
     with txstore.open(path) as db:
         kv = db.key_value_store("kv", Serdes.string(), Serdes.long(), transactional=False)
         win = db.window_store(
-            "win", Serdes.string(), Serdes.long(), retention=100, window_size=10,
+            "win", Serdes.string(), Serdes.long(), retention_period=100, window_size=10,
             transactional=False,
         )  # fmt: skip
         assert not kv.transactional and kv.get("a") == 1 and win.fetch("a", 5) == 1

@@ -212,11 +212,11 @@ def test_commit_recover_read_committed_and_close(env: Env) -> None:
 def test_stored_bytes_are_kafka_layout(tmp_path: Any) -> None:
     """Section 3.3 keys and the section 1.4 example ``08 02 02 61 01 00000005``."""
     with txstore.open(tmp_path / "p") as db:
-        s = db.session_store("s", Serdes.string(), Serdes.integer(), retention=RETENTION,
+        s = db.session_store("s", Serdes.string(), Serdes.integer(), retention_period=RETENTION,
                              format=ValueFormat.PLAIN_HEADERS)  # fmt: skip
         s.put(sk("a", 10, 20), AggregationWithHeaders(5, Headers([("a", None)])))
         s.put(sk("key", 1000, 5000), AggregationWithHeaders(6))
-        p = db.session_store("p", Serdes.string(), Serdes.integer(), retention=RETENTION)
+        p = db.session_store("p", Serdes.string(), Serdes.integer(), retention_period=RETENTION)
         p.put(sk("a", 0, 0), 7)
         db.commit({"s": 0, "p": 0})
         get = db.partition.get
@@ -231,13 +231,13 @@ def test_stored_bytes_are_kafka_layout(tmp_path: Any) -> None:
 
 def test_reopen_and_conflicts(tmp_path: Any) -> None:
     with txstore.open(tmp_path / "p") as db:
-        s = db.session_store("s", Serdes.string(), Serdes.long(), retention=RETENTION)
+        s = db.session_store("s", Serdes.string(), Serdes.long(), retention_period=RETENTION)
         s.put(sk("a", 0, 70_000), 1)
         s.commit(1)
         s.put(sk("b", 0, 1), 2)
     with txstore.open(tmp_path / "p") as db:
         with pytest.raises(ConfigConflictError):
-            db.session_store("s", Serdes.string(), Serdes.long(), retention=RETENTION + 1)
-        s = db.session_store("s", Serdes.string(), Serdes.long(), retention=RETENTION)
+            db.session_store("s", Serdes.string(), Serdes.long(), retention_period=RETENTION + 1)
+        s = db.session_store("s", Serdes.string(), Serdes.long(), retention_period=RETENTION)
         assert s.fetch_session("a", 0, 70_000) == 1 and s.fetch_session("b", 0, 1) is None
         assert s.bytes_store.segment_ids() == [1]

@@ -361,31 +361,33 @@ def test_reopen_keeps_committed_state_only(tmp_path: Any, tx: bool, fmt: ValueFo
 
 def test_conflicting_reopen(tmp_path: Any) -> None:
     with txstore.open(tmp_path / "p") as db:
-        db.window_store("w", Serdes.string(), Serdes.long(), retention=RETENTION, window_size=SIZE)
+        db.window_store(
+            "w", Serdes.string(), Serdes.long(), retention_period=RETENTION, window_size=SIZE
+        )
     with txstore.open(tmp_path / "p") as db:
         kws: list[dict[str, Any]] = [
-            {"retention": RETENTION * 2, "window_size": SIZE},
-            {"retention": RETENTION, "window_size": SIZE + 1},
-            {"retention": RETENTION, "window_size": SIZE, "retain_duplicates": True},
+            {"retention_period": RETENTION * 2, "window_size": SIZE},
+            {"retention_period": RETENTION, "window_size": SIZE + 1},
+            {"retention_period": RETENTION, "window_size": SIZE, "retain_duplicates": True},
         ]
         for kw in kws:
             with pytest.raises(ConfigConflictError):
                 db.window_store("w", Serdes.string(), Serdes.long(), **kw)
         with pytest.raises(ConfigConflictError, match="value_serde"):
             db.window_store(
-                "w", Serdes.string(), Serdes.string(), retention=RETENTION, window_size=SIZE
+                "w", Serdes.string(), Serdes.string(), retention_period=RETENTION, window_size=SIZE
             )
         with pytest.raises(ConfigConflictError, match="kind"):
-            db.session_store("w", Serdes.string(), Serdes.long(), retention=RETENTION)
+            db.session_store("w", Serdes.string(), Serdes.long(), retention_period=RETENTION)
         with pytest.raises(ConfigConflictError, match="kind"):
             db.key_value_store("w", Serdes.string(), Serdes.long())
         w = db.window_store(
-            "w", Serdes.string(), Serdes.long(), retention=RETENTION, window_size=SIZE
+            "w", Serdes.string(), Serdes.long(), retention_period=RETENTION, window_size=SIZE
         )
         w.put("ok", 1, 0)
         with pytest.raises(InvalidArgumentError, match="already open"):
             db.window_store(
-                "w", Serdes.string(), Serdes.long(), retention=RETENTION, window_size=SIZE
+                "w", Serdes.string(), Serdes.long(), retention_period=RETENTION, window_size=SIZE
             )
 
 
@@ -393,7 +395,7 @@ def test_multi_store_commit_with_window_and_kv(tmp_path: Any) -> None:
     with txstore.open(tmp_path / "p") as db:
         kv = db.key_value_store("kv", Serdes.string(), Serdes.long())
         w = db.window_store(
-            "w", Serdes.string(), Serdes.long(), retention=RETENTION, window_size=SIZE
+            "w", Serdes.string(), Serdes.long(), retention_period=RETENTION, window_size=SIZE
         )
         kv.put("x", 1)
         w.put("x", 2, 0)
@@ -415,20 +417,20 @@ def test_stored_bytes_are_kafka_layout(tmp_path: Any) -> None:
     with txstore.open(tmp_path / "p") as db:
         for fmt, value, hex_value in cases:
             name = f"w{fmt.value}"
-            w = db.window_store(name, Serdes.string(), Serdes.string(), retention=RETENTION,
+            w = db.window_store(name, Serdes.string(), Serdes.string(), retention_period=RETENTION,
                                 window_size=SIZE, format=fmt)  # fmt: skip
             w.put("a", value, 1000)
             w.commit(0)
             key = bytes.fromhex("61 00000000000003e8 00000000")
             assert db.partition.get(f"{name}.0".encode(), key) == bytes.fromhex(hex_value)
-        d = db.window_store("d", Serdes.string(), Serdes.string(), retention=RETENTION,
+        d = db.window_store("d", Serdes.string(), Serdes.string(), retention_period=RETENTION,
                             window_size=SIZE, retain_duplicates=True)  # fmt: skip
         d.put("a", "x", 1000)
-        i = db.window_store("i", Serdes.integer(), Serdes.string(), retention=RETENTION,
+        i = db.window_store("i", Serdes.integer(), Serdes.string(), retention_period=RETENTION,
                             window_size=SIZE)  # fmt: skip
         i.put(1, "x", 60_000)
         big = db.window_store("big", Serdes.string(), Serdes.string(),
-                              retention=2 * 1700000000000, window_size=SIZE,
+                              retention_period=2 * 1700000000000, window_size=SIZE,
                               retain_duplicates=True)  # fmt: skip
         for _ in range(7):
             big.put("key", "x", 1700000000000)

@@ -95,7 +95,7 @@ class WindowCountSpec(_SegmentedSpec):
             self.name,
             Serdes.string(),
             Serdes.long(),
-            retention=self.retention,
+            retention_period=self.retention,
             window_size=self.window_size,
             format=ValueFormat.PLAIN_HEADERS,
         )
@@ -159,7 +159,7 @@ class EventsWindowSpec(_SegmentedSpec):
             self.name,
             Serdes.string(),
             Serdes.string(),
-            retention=self.retention,
+            retention_period=self.retention,
             window_size=self.window_size,
             retain_duplicates=True,
         )
@@ -224,7 +224,9 @@ class SessionCountSpec(_SegmentedSpec):
         return task.session_store(builder)
 
     def open_readonly(self, db: Database) -> Any:
-        return db.session_store(self.name, Serdes.string(), Serdes.long(), retention=self.retention)
+        return db.session_store(
+            self.name, Serdes.string(), Serdes.long(), retention_period=self.retention
+        )
 
     def write(self, store: Any, rec: Rec) -> None:
         with store.find_sessions(rec.key, rec.ts - self.gap, rec.ts + self.gap) as it:

@@ -12,7 +12,7 @@ LMDB write transaction, synced unless the database was opened with ``sync=False`
 >>> with tempfile.TemporaryDirectory() as d, txstore.open(d) as db:
 ...     users = db.key_value_store("users", txstore.Serdes.string(), txstore.Serdes.json())
 ...     clicks = db.window_store("clicks", txstore.Serdes.string(), txstore.Serdes.long(),
-...                              retention=3_600_000, window_size=60_000)
+...                              retention_period=3_600_000, window_size=60_000)
 ...     users.put("u1", {"name": "Ada"})
 ...     clicks.put("u1", 3, 120_000)
 ...     db.commit({"users": 41, "clicks": 41})
@@ -22,7 +22,9 @@ LMDB write transaction, synced unless the database was opened with ``sync=False`
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
@@ -35,6 +37,7 @@ from txstore.errors import (
     UnsupportedOperationError,
 )
 from txstore.runtime.snapshot import Manifest, snapshot_partition
+from txstore.runtime.transaction import Transaction
 from txstore.stores.assembly import (
     AnyStore,
     ChangelogSource,
@@ -60,6 +63,24 @@ __all__ = ["Database", "open"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+def _retention_period(
+    period: int | _dt.timedelta | None, old: int | _dt.timedelta | None
+) -> int | _dt.timedelta:
+    """``retention_period``, or its deprecated spelling ``retention`` (with a warning)."""
+    if old is not None:
+        if period is not None:
+            raise InvalidArgumentError("give retention_period only (retention is its old name)")
+        warnings.warn(
+            "retention= is deprecated: use retention_period= (the name Stores and Kafka use)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return old
+    if period is None:
+        raise InvalidArgumentError("retention_period is required (milliseconds or timedelta)")
+    return period
 
 
 class Database:
@@ -215,22 +236,26 @@ class Database:
         key_serde: Serde[K] | None = None,
         value_serde: Serde[Any] | None = None,
         *,
-        retention: int,
-        window_size: int,
+        retention_period: int | _dt.timedelta | None = None,
+        window_size: int | _dt.timedelta,
         retain_duplicates: bool = False,
         format: ValueFormat = ValueFormat.PLAIN,
         transactional: bool = True,
+        retention: int | _dt.timedelta | None = None,
     ) -> WindowStore[K, Any]:
         """Shortcut for a ``Stores`` window supplier + builder + ``build(db)``.
 
         Serdes default to bytes; ``format`` is any of the four :class:`ValueFormat` s;
-        ``retention`` and ``window_size`` are milliseconds (or ``timedelta``). Costs and
-        errors as :meth:`open_window_store`, plus the supplier's checks (see
-        :class:`~txstore.stores.factories.Stores`): a window size above the retention raises
-        :class:`~txstore.errors.InvalidArgumentError`.
+        ``retention_period`` and ``window_size`` are milliseconds (or ``timedelta``), as in
+        ``Stores.persistent_window_store``. Costs and errors as :meth:`open_window_store`,
+        plus the supplier's checks (see :class:`~txstore.stores.factories.Stores`): a window
+        size above the retention raises :class:`~txstore.errors.InvalidArgumentError`.
+        ``retention=`` is the old name of ``retention_period``: accepted, with a
+        ``DeprecationWarning``.
         """
+        period = _retention_period(retention_period, retention)
         supplier = window_supplier(
-            name, retention, window_size, retain_duplicates, True, format, transactional
+            name, period, window_size, retain_duplicates, True, format, transactional
         )
         builder: WindowStoreBuilder[K, Any] = WindowStoreBuilder(
             supplier,
@@ -246,17 +271,21 @@ class Database:
         key_serde: Serde[K] | None = None,
         value_serde: Serde[Any] | None = None,
         *,
-        retention: int,
+        retention_period: int | _dt.timedelta | None = None,
         format: ValueFormat = ValueFormat.PLAIN,
         transactional: bool = True,
+        retention: int | _dt.timedelta | None = None,
     ) -> SessionStore[K, Any]:
         """Shortcut for a ``Stores`` session supplier + builder + ``build(db)``; ``format`` is
-        ``PLAIN`` or ``PLAIN_HEADERS`` (:class:`~txstore.types.AggregationWithHeaders`).
+        ``PLAIN`` or ``PLAIN_HEADERS`` (:class:`~txstore.types.AggregationWithHeaders`);
+        ``retention_period`` in milliseconds or a ``timedelta`` (``retention=`` is its old,
+        deprecated name).
 
         Costs and errors as :meth:`open_window_store`; another format raises
         :class:`~txstore.errors.InvalidArgumentError`.
         """
-        supplier = session_supplier(name, retention, True, format, transactional)
+        period = _retention_period(retention_period, retention)
+        supplier = session_supplier(name, period, True, format, transactional)
         builder: SessionStoreBuilder[K, Any] = SessionStoreBuilder(
             supplier,
             key_serde if key_serde is not None else Serdes.bytes(),  # type: ignore[arg-type]
@@ -327,6 +356,60 @@ class Database:
         if not isinstance(offsets, Mapping):
             raise InvalidTypeError("offsets must be a mapping of store name to offset")
         self.partition.commit_stores(dict(offsets))
+
+    def transaction(self, offsets: Mapping[str, int] | int) -> Transaction:
+        """A ``with`` block whose writes are all or nothing: on a normal end, the stores named
+        in ``offsets`` commit together (:meth:`commit`); on an exception, or if that commit is
+        refused, their uncommitted writes are discarded (back to their last commit) and the
+        exception goes on. An ``int`` gives every store opened through this database that
+        offset.
+
+        O(1) to open; the end costs a :meth:`commit` or, on rollback, O(uncommitted writes).
+        Raises, before the block runs, :class:`~txstore.errors.InvalidArgumentError` for a
+        store not opened through this database, :class:`~txstore.errors.InvalidTypeError` for
+        offsets that are neither a mapping nor an ``int``,
+        :class:`~txstore.errors.UnsupportedOperationError` for a task's database (use
+        ``task.transaction(input_position)``).
+
+        >>> import tempfile, txstore
+        >>> with tempfile.TemporaryDirectory() as d, txstore.open(d) as db:
+        ...     users = db.key_value_store("users", txstore.Serdes.string(), txstore.Serdes.long())
+        ...     with db.transaction({"users": 1}):
+        ...         users.put("ada", 1)
+        ...     try:
+        ...         with db.transaction({"users": 2}):
+        ...             users.put("bob", 2)
+        ...             raise KeyError("the input was bad")
+        ...     except KeyError:
+        ...         pass
+        ...     users.committed_offset, users.get("ada"), users.get("bob")
+        (1, 1, None)
+        """
+        self._check_open()
+        if self.changelogs is not None:
+            raise UnsupportedOperationError(
+                f"the stores of {self.path} write to changelogs: use "
+                "task.transaction(input_position)"
+            )
+        if isinstance(offsets, int) and not isinstance(offsets, bool):
+            wanted = dict.fromkeys(self._stacks, offsets)
+        elif isinstance(offsets, Mapping):
+            wanted = dict(offsets)
+        else:
+            raise InvalidTypeError("offsets must be a mapping of store name to offset, or an int")
+        unknown = sorted(set(wanted) - set(self._stacks))
+        if unknown:
+            raise InvalidArgumentError(
+                f"stores {unknown} are not open in this database; open them before the transaction"
+            )
+        stacks = [self._stacks[name] for name in wanted]
+
+        def rollback() -> None:
+            for stack in stacks:
+                if stack.bytes_store.is_open:
+                    stack.bytes_store.recover(0)
+
+        return Transaction(lambda: self.commit(wanted), rollback)
 
     def snapshot(self, dest: str | os.PathLike[str]) -> Manifest:
         """Copy this partition's committed state into the new directory ``dest``: LMDB's
