@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.txstore-installed
-EXTRAS ?= dev,spark
+# The tests need dev (pytest, mypy, ruff, build), spark and plot (the crash harness's chart).
+EXTRAS ?= dev,spark,plot
 PYTEST_ARGS ?=
 
 .PHONY: setup test lint typecheck pytest demo bench bench-full clean
@@ -14,10 +15,17 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml setup.py MANIFEST.in csrc/txcodecs.c csrc/txcodecs.h csrc/build_ffi.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+"; exit 1; }
 	@command -v cc >/dev/null || command -v gcc >/dev/null || { echo "error: no C compiler (install build-essential / gcc)"; exit 1; }
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
-	touch $(STAMP)
+	@echo "==> setting up $(VENV) (first run, or a build file changed; the next runs skip this)"
+	@if test -x $(PY); then echo "==> reusing $(VENV) ($$($(PY) --version))"; \
+	else echo "==> creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); fi
+	@echo "==> upgrading pip and setuptools in $(VENV)"
+	@$(PY) -m pip install -q --upgrade pip setuptools wheel
+	@echo "==> installing txstore from this checkout: pip install -e '.[$(EXTRAS)]'"
+	@echo "    (compiles the C codecs in csrc/, then installs the extras' packages; PySpark is large)"
+	@# (the filter drops setuptools' 9-line notice, printed on every editable install)
+	@PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 setup: $(STAMP)
 

@@ -2,6 +2,11 @@
 
 The C declarations come from ``csrc/txcodecs.h``, the same header the C file includes, with the
 preprocessor lines dropped (cffi's ``cdef`` does not run the preprocessor).
+
+The module is built for CPython's stable ABI: cffi's generated C defines ``Py_LIMITED_API`` and
+cffi marks the extension ``py_limited_api`` (file ``_codecs.abi3.so``) on every CPython that
+allows it; ``setup.py`` tags the wheel ``cp311-abi3`` to match. ``txcodecs.c`` itself does not
+include ``Python.h``.
 """
 
 from __future__ import annotations
