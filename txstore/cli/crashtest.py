@@ -21,6 +21,8 @@ visible, offsets consistent), while a reader process checks that read-committed 
 whole committed states moving forward. Prints a summary table ending with 'figure:' lines,
 writes crashtest.json and crashtest.png to --out, and exits 1 on a failure, printing the seed,
 the crash point and a command that replays it. Long pass: txstore crashtest --kills 1000.
+Damaged files: txstore crashtest --damage 300 (after each kill, damage one file of a copy of
+the partition, reopen it and classify what recovery did; docs/crashtest.md, "Damage").
 """
 
 
@@ -53,7 +55,17 @@ def add_subcommand(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--seed", type=int, default=1, help="seed of the workload and the kill plan")
-    p.add_argument("--kills", type=int, default=50, help="writer kills (default 50)")
+    p.add_argument("--kills", type=int, help="writer kills (default 50; with --damage N, N)")
+    p.add_argument(
+        "--damage",
+        type=int,
+        default=0,
+        metavar="N",
+        help="damage trials: after each of the first N kills, damage one random file of a copy "
+        "of the partition (flip, truncate, zero a page, delete), reopen it in a child process "
+        "and classify the outcome (exact, refused, silent_divergence, signal, untyped); "
+        "the run makes at least N kills and skips recovery vs wipe unless --wipe-sizes is given",
+    )
     p.add_argument(
         "--points",
         help="comma-separated fault points to plan (default: every one the workload reaches)",
@@ -94,9 +106,8 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument(
         "--wipe-sizes",
         type=parse_sizes,
-        default=parse_sizes("10k,100k"),
         help="state sizes for recovery vs wipe-and-replay, e.g. 10k,100k,1m,5m "
-        "(default 10k,100k; '' skips)",
+        "(default 10k,100k, none with --damage; '' skips)",
     )
     p.add_argument("--wipe-repeats", type=int, default=3, help="rounds per size (median)")
     p.add_argument("--wipe-tail", type=int, default=1000, help="records of the crashed commit")
@@ -119,9 +130,16 @@ def config_from_args(args: argparse.Namespace) -> CrashtestConfig:
         params["keys"] = args.keys
     if args.commit_every is not None:
         params["commit_every"] = args.commit_every
+    if args.damage < 0:
+        raise ValueError(f"--damage must be >= 0, not {args.damage}")
+    kills = args.kills if args.kills is not None else args.damage or 50
+    wipe_sizes = args.wipe_sizes
+    if wipe_sizes is None:
+        wipe_sizes = [] if args.damage else parse_sizes("10k,100k")
     return CrashtestConfig(
         seed=args.seed,
-        kills=args.kills,
+        kills=kills,
+        damage=args.damage,
         points=[p.strip() for p in args.points.split(",") if p.strip()] if args.points else None,
         random_fraction=args.random_fraction,
         max_delay=args.max_delay,
@@ -135,7 +153,7 @@ def config_from_args(args: argparse.Namespace) -> CrashtestConfig:
         workdir=args.workdir,
         keep=args.keep,
         replay=args.replay,
-        wipe_sizes=args.wipe_sizes,
+        wipe_sizes=wipe_sizes,
         wipe_repeats=args.wipe_repeats,
         wipe_tail=args.wipe_tail,
         out=args.out,

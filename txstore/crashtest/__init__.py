@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from txstore.crashtest.common import POSITION_STORE
+from txstore.crashtest.damage_report import damage_counts
 from txstore.crashtest.driver import (
     CrashtestConfig,
     CrashtestFailure,
@@ -114,7 +115,14 @@ def run(config: CrashtestConfig | None = None, **overrides: Any) -> CrashtestRep
 def _describe_failure(report: CrashtestReport, config: CrashtestConfig, workdir: Path) -> None:
     failure = report.failure if report.failure is not None else {}
     whole_run = False
-    if not failure:  # only the reader's summary found something
+    if not failure and not report.damage_ok:  # only damage trials found something
+        c = damage_counts(report.damage)
+        failure["message"] = (
+            f"damage trials: {c['silent_divergence']} silent divergence, {c['signal']} died by a "
+            f"signal, {c['healthy_store_changed']} changed a healthy store (see above)"
+        )
+        whole_run = True
+    elif not failure:  # only the reader's summary found something
         r = report.reader or {}
         failure["message"] = (
             f"the reader saw {r.get('lost', 0)} lost and {r.get('leaked', 0)} leaked entries"

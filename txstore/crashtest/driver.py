@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from txstore.crashtest.common import RunConfig
+from txstore.crashtest.damage_pass import DamagePass, DamageTrial
+from txstore.crashtest.damage_report import progress_text
 from txstore.crashtest.model import Check, Model, check_position
 from txstore.crashtest.plan import FAULT_POINTS, RANDOM, Step, make_plan, reachable_points
 from txstore.crashtest.procs import Child
@@ -65,6 +67,8 @@ class CrashtestConfig:
     out: str | None = None
     plot: bool = True
     progress: bool = True
+    damage: int = 0  # damage trials, one after each of the first kills (at least this many)
+    damage_timeout: float = 120.0
 
 
 class CrashtestFailure(Exception):
@@ -102,6 +106,18 @@ class Driver:
         self.reader: Child | None = None
         self.reader_done = False
         self.last_point = "start"
+        self.damage: DamagePass | None = None
+        if config.damage > 0:
+            self.damage = DamagePass(
+                config.damage,
+                config.seed,
+                workdir,
+                self.run_config,
+                self.workload,
+                timeout=config.damage_timeout,
+            )
+            report.damage = self.damage.trials
+        self.progress: Progress | None = None
 
     # ---- plan ----------------------------------------------------------------------------
 
@@ -123,7 +139,11 @@ class Driver:
             )
         points = reachable if c.points is None else [p for p in c.points if p in reachable]
         steps = make_plan(
-            c.seed, c.kills, points, random_fraction=c.random_fraction, max_delay=c.max_delay
+            c.seed,
+            max(c.kills, c.damage),
+            points,
+            random_fraction=c.random_fraction,
+            max_delay=c.max_delay,
         )
         return steps if c.replay is None else steps[: c.replay + 1]
 
@@ -132,16 +152,28 @@ class Driver:
     def run(self, progress: Progress) -> None:
         steps = self.plan()
         progress.total = max(len(steps), 1)
+        self.progress = progress
         try:
             for step in steps:
                 self.step(step)
                 self.check_reader()
-                r = self.report
-                progress.update(len(r.kills), f"{step.describe()}  lost {r.lost} leaked {r.leaked}")
+                progress.update(len(self.report.kills), self._progress_text(step.describe()))
             self.step(None)  # the last recovery, checked, then a clean stop
             self.wipe_and_restore()
         finally:
             self.stop_reader()
+            if self.damage is not None:
+                self.damage.discard()
+
+    def _progress_text(self, what: str) -> str:
+        r = self.report
+        if self.damage is not None:
+            return f"{progress_text(r.damage)}  lost {r.lost} leaked {r.leaked}"
+        return f"{what}  lost {r.lost} leaked {r.leaked}"
+
+    def _trial_done(self, trial: DamageTrial) -> None:
+        if self.progress is not None:
+            self.progress.update(len(self.report.kills), self._progress_text(""))
 
     def _spawn(self, faults: str) -> Child:
         self.incarnation += 1
@@ -204,6 +236,8 @@ class Driver:
                 time.perf_counter() - started,
             )
         )
+        if self.damage is not None:
+            self.damage.after_kill(step.index, point)
 
     def wipe_and_restore(self) -> None:
         """The changelogs must hold exactly the committed state after all the crashes: delete
@@ -267,6 +301,10 @@ class Driver:
                 findings=[str(f) for f in check.findings],
             )
         self.acked = max(self.acked, position)
+        if self.damage is not None and self.damage.pending:
+            # The model is at the committed position and the writer waits: the pending damage
+            # trials run now, against this state (docs/crashtest.md, "Damage").
+            self.damage.run_pending(position, self.model, obs.offsets, self._trial_done)
 
     # ---- reader --------------------------------------------------------------------------
 

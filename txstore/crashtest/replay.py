@@ -33,6 +33,8 @@ def replay_command(config: CrashtestConfig, index: int | None) -> str:
         argv += ["--workload-params", json.dumps(config.workload_params, sort_keys=True)]
     if not config.sync:
         argv.append("--no-sync")
+    if config.damage:
+        argv += ["--damage", str(config.damage)]
     if index is not None:
         argv += ["--replay", str(index)]
     argv += ["--wipe-sizes", "", "--keep"]

@@ -17,6 +17,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from txstore.crashtest.damage_pass import DamageTrial
+from txstore.crashtest.damage_report import (
+    damage_figures,
+    damage_json,
+    damage_lines,
+    damage_ok,
+)
 from txstore.crashtest.plan import RANDOM
 
 #: Recovery labels that do not follow a kill: the first start, and the final rebuild of every
@@ -115,6 +122,7 @@ class CrashtestReport:
     failure: dict[str, Any] | None = None
     seconds: float = 0.0
     files: dict[str, str] = field(default_factory=dict)
+    damage: list[DamageTrial] = field(default_factory=list)
 
     # ---- totals ---------------------------------------------------------------------------
 
@@ -130,7 +138,17 @@ class CrashtestReport:
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and self.lost == 0 and self.leaked == 0
+        return self.failure is None and self.lost == 0 and self.leaked == 0 and self.damage_ok
+
+    @property
+    def damaging(self) -> bool:
+        """Whether the run made damage trials (``--damage``)."""
+        return bool(self.config.get("damage"))
+
+    @property
+    def damage_ok(self) -> bool:
+        """No damage trial diverged silently, died by a signal or changed a healthy store."""
+        return damage_ok(self.damage)
 
     @property
     def records_verified(self) -> int:
@@ -176,6 +194,7 @@ class CrashtestReport:
             "recoveries": [asdict(r) for r in self.recoveries],
             "reader": self.reader,
             "recovery_vs_wipe": [asdict(w) | {"ratio": w.ratio} for w in self.wipe],
+            "damage": damage_json(self.damage) if self.damaging else None,
             "failure": self.failure,
             "seconds": self.seconds,
             "figures": self.figures(),
@@ -209,6 +228,8 @@ class CrashtestReport:
                 "figure: recovery_vs_wipe_at_1m = not measured in this run "
                 "(--wipe-sizes 10k,100k,1m measures it)"
             )
+        if self.damaging:
+            lines += damage_figures(self.damage)
         return lines
 
     def summary(self) -> str:
@@ -292,6 +313,8 @@ class CrashtestReport:
                     f"  {size_label(w.keys):>6} {w.recover_ms:>8.1f} ms {w.wipe_ms:>9.1f} ms "
                     f"{w.ratio:>7.1f} x"
                 )
+        if self.damaging:
+            out += damage_lines(self.damage)
         for what, path in self.files.items():
             out.append(f"{what}: {path}")
         out += self.failure_lines()
