@@ -48,6 +48,12 @@ def add_subcommands(sub: Any) -> None:
     )
     p.add_argument("path", help=path_help)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also compare every committed row with what its changelog says it must hold, and "
+        "check every row against its format and key schema (reads every changelog record)",
+    )
 
 
 def _text(value: Any) -> str:
@@ -146,12 +152,15 @@ def _run(args: argparse.Namespace) -> int:
             _table(rows, ["partition", "store", "store_offset", "changelog_end",
                           "input_position", "lag"])  # fmt: skip
         return 0
-    report = admin.check(args.path)
+    report = admin.check(args.path, deep=args.deep)
     if args.json:
         print(json.dumps(_jsonable(report.__dict__ | {"ok": report.ok})))
     else:
         read = f"{report.rows_read:,} rows and {report.changelog_records:,} changelog records"
         print(f"{report.partitions} partition(s), {report.stores} store(s), {read} read")
+        if report.deep:
+            print(f"deep: {report.rows_verified:,} rows equal to their changelogs' records, "
+                  f"{report.rows_not_compared:,} not compared")  # fmt: skip
         for label, found in (("NOTE", report.notes), ("PROBLEM", report.problems)):
             for p in found:
                 where = "" if p.partition is None else f"partition {p.partition}: "

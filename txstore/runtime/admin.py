@@ -19,6 +19,7 @@ from txstore import codecs
 from txstore.changelog.log import FileChangelog
 from txstore.engine.partition import Partition, writer_probe
 from txstore.errors import InvalidArgumentError, TxStoreError
+from txstore.runtime import deep_check
 from txstore.runtime.catalog import RowDecoder, open_view
 from txstore.runtime.statedir import partition_dirs
 
@@ -194,6 +195,8 @@ class Problem:
     partition: int | None
     what: str
     detail: str = ""
+    key: bytes | None = None
+    """The store key a ``--deep`` difference concerns."""
 
 
 @dataclass
@@ -205,6 +208,13 @@ class CheckReport:
     stores: int = 0
     rows_read: int = 0
     changelog_records: int = 0
+    deep: bool = False
+    """Whether the rows were compared with their changelogs (:func:`check` ``deep=True``)."""
+    rows_verified: int = 0
+    """Deep: rows equal to what their changelog says (a retain_duplicates window's rows
+    renumbered by the changelog count too, see the notes)."""
+    rows_not_compared: int = 0
+    """Deep: rows whose key the changelog wrote again past the store's committed offset."""
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
 
@@ -241,13 +251,18 @@ def _check_spill(number: int | None, pdir: Path, report: CheckReport) -> None:
             )  # fmt: skip
 
 
-def check(path: str | os.PathLike[str]) -> CheckReport:
+def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
     """Verify a partition or state directory: every store's metadata is readable and names a
     known kind, every committed row decodes with the store's format (reading every LMDB page),
     every changelog record passes its checksum, no store is ahead of its changelog, and no
     spilled uncommitted data was left behind by a crashed writer (the spill of a live writer is
-    a note, not a problem)."""
-    report = CheckReport()
+    a note, not a problem).
+
+    ``deep=True`` also compares every committed row of every store with what its changelog
+    says it must hold, and checks every row against its format and key schema
+    (:mod:`txstore.runtime.deep_check`): each difference is a problem naming the store and
+    key, with the expected and found values."""
+    report = CheckReport(deep=deep)
     for number, pdir in partitions_of(path).items():
         report.partitions += 1
         _check_spill(number, pdir, report)
@@ -259,18 +274,15 @@ def check(path: str | os.PathLike[str]) -> CheckReport:
         with part:
             for name in part.store_names():
                 report.stores += 1
+                log_dir = pdir / "changelog" / name
                 try:
-                    with open_view(part, name) as view:
-                        decoder = RowDecoder(view.meta, decode=False)
-                        with view.rows() as it:
-                            for key, value in it:
-                                decoder.key(key)
-                                decoder.value(value)
-                                report.rows_read += 1
+                    if deep:
+                        _check_deep(number, part, name, log_dir, report)
+                    else:
+                        _check_rows(part, name, report)
                 except TxStoreError as exc:
                     report.problems.append(Problem(number, f"store {name!r}", str(exc)))
                     continue
-                log_dir = pdir / "changelog" / name
                 if not log_dir.is_dir():
                     continue
                 # The store's offset is read before the changelog is opened (its committed end
@@ -291,3 +303,47 @@ def check(path: str | os.PathLike[str]) -> CheckReport:
                                 "changelog: the changelog lost committed data")
                     )  # fmt: skip
     return report
+
+
+def _check_rows(part: Partition, name: str, report: CheckReport) -> None:
+    """Every committed row of store ``name`` decodes with its format."""
+    with open_view(part, name) as view:
+        decoder = RowDecoder(view.meta, decode=False)
+        with view.rows() as it:
+            for key, value in it:
+                decoder.key(key)
+                decoder.value(value)
+                report.rows_read += 1
+
+
+def _check_deep(
+    number: int | None, part: Partition, name: str, log_dir: Path, report: CheckReport
+) -> None:
+    """The deep check of store ``name``: its differences become problems, the rows it could
+    not tell (or that are fine though unusual) notes."""
+    res = deep_check.check_store(part, name, log_dir)
+    report.rows_read += res.rows
+    report.rows_verified += res.verified + res.renumbered
+    report.rows_not_compared += res.unverifiable
+    where = f"store {name!r}"
+    for f in res.findings:
+        report.problems.append(Problem(number, f"{where}: {f.what}", f.detail, f.key))
+    notes = [
+        (res.unverifiable, "rows not compared: their keys were written again in the changelog "
+         "past the store's committed offset (the store lags its changelog)"),
+        (res.expired, "rows still present in segments their changelog expires (a restore "
+         "would not bring them back; the store drops them as stream time advances)"),
+        (res.renumbered, "rows of a retain_duplicates store hold the changelog's values under "
+         "other sequence numbers (the store's counter and the changelog's part after a "
+         "put(key, None, ts))"),
+        (res.upgraded, "rows match their changelog records converted from an older format "
+         "(a format upgrade)"),
+    ]  # fmt: skip
+    for count, text in notes:
+        if count:
+            report.notes.append(Problem(number, where, f"{count:,} {text}"))
+    if not res.has_changelog:
+        report.notes.append(
+            Problem(number, where, "has no changelog: its rows were checked against their "
+                    "format only")
+        )  # fmt: skip
