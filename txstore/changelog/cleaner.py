@@ -34,6 +34,7 @@ from txstore.changelog.format import (
     Frame,
     FrameReader,
     batch_frame,
+    batch_info,
     corruption,
     decode_batch,
     frame_problem,
@@ -79,8 +80,10 @@ def expired_prefix(segments: Sequence[Segment], cutoff: int) -> int:
 
 
 def _frames(seg: Segment) -> Iterator[Frame]:
-    """Every frame of a closed segment; any bad frame is corruption of committed data."""
+    """Every frame of a closed segment; any bad frame is corruption of committed data, and so
+    is a batch whose offsets are not ascending within ``[seg.base, seg.end_offset)``."""
     fd = open_fd(seg.path)
+    expected = seg.base
     try:
         reader = FrameReader(fd, 0, None)
         while True:
@@ -91,6 +94,14 @@ def _frames(seg: Segment) -> Iterator[Frame]:
                 raise corruption(seg.path, reader.pos, None, frame_problem(frame))
             if not frame.crc_ok:
                 raise corruption(seg.path, frame.pos, None, "checksum mismatch")
+            if frame.ftype == T_BATCH:
+                try:
+                    info = batch_info(frame)
+                except (ValueError, struct.error):
+                    raise corruption(seg.path, frame.pos, None, "malformed record batch") from None
+                if info.base_offset < expected or info.last_offset >= seg.end_offset:
+                    raise corruption(seg.path, frame.pos, expected, "out-of-sequence record batch")
+                expected = info.last_offset + 1
             yield frame
     finally:
         os.close(fd)

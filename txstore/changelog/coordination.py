@@ -45,7 +45,7 @@ def read_commit_metadata(blob: bytes) -> tuple[int, list[str]]:
     try:
         doc = json.loads(blob)
         return int(doc["seq"]), [str(s) for s in doc["stores"]]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise StorageError(f"unreadable task commit metadata {blob[:80]!r}") from exc
 
 

@@ -104,7 +104,7 @@ def read_meta(path: str) -> dict[str, Any] | None:
         return None
     try:
         meta = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ConfigConflictError(f"{meta_path} is not a txstore changelog metadata file")
