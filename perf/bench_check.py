@@ -33,21 +33,17 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _harness import Settings, compare, consume, table
 
-from _harness import Settings, compare, consume, table  # noqa: E402
-
-from txstore import Headers, Serdes, Stores, ValueAndHeaders, ValueAndTimestamp  # noqa: E402
-from txstore.engine.partition import Partition  # noqa: E402
-from txstore.runtime import admin, deep_check  # noqa: E402
-from txstore.runtime.catalog import open_view  # noqa: E402
-from txstore.runtime.task import Task  # noqa: E402
+from txstore import Headers, Serdes, Stores, ValueAndHeaders, ValueAndTimestamp
+from txstore.engine.partition import Partition
+from txstore.runtime import admin, deep_check
+from txstore.runtime.catalog import open_view
+from txstore.runtime.task import Task
 
 WINDOWS = 20
 WINDOW_MS = 60_000

@@ -129,10 +129,18 @@ def process(task: Task, i: int) -> None:
     task.store("ses_ph").put(user, AggregationWithHeaders(i, Headers([("i", bytes([i % 256]))])))
 
 
-def make_task_dir(path: Path, total: int = 400, commit_every: int = 25) -> None:
-    """A partition directory after processing ``total`` records in two task lifetimes, with
-    the changelogs cleaned (compacted, expired) once."""
-    half = total // 2
+def make_task_dir(
+    path: Path, total: int = 400, commit_every: int = 25, split: int | None = None
+) -> None:
+    """A partition directory after processing ``total`` records in two task lifetimes (the
+    second from record ``split``, by default the last window boundary before the middle), with
+    the changelogs cleaned (compacted, expired) after each.
+
+    The default split keeps the windows the two lifetimes write to apart: a retain_duplicates
+    window store restarts its sequence numbers at 0 when reopened, so a second lifetime writing
+    to a window of the first overwrites duplicates (see
+    ``test_retain_duplicates_written_across_a_restart``)."""
+    half = total // 2 // (WINDOW // 1_000) * (WINDOW // 1_000) if split is None else split
     for first, last in ((0, half), (half, total)):
         with open_task(path) as task:
             task.initialize()
@@ -426,3 +434,96 @@ def test_a_store_without_a_changelog_gets_the_format_checks(tmp_path: Path) -> N
     lmdb_put(tmp_path / "p", b"plain", b"b", b"\x02\x02\xff\x00" + bytes(8))  # headers cut short
     report = admin.check(tmp_path / "p", deep=True)
     assert [(p.what, p.key) for p in report.problems] == [("store 'plain': bad row", b"b")]
+
+
+def test_stores_upgraded_to_a_later_format_pass(tmp_path: Path) -> None:
+    """Rows kept in an older format (a key-value store's legacy tier, a window store's old
+    segment) are compared in that format; rows an upgrade converted (timestamp -1) match the
+    conversion of their changelog record, and are counted as such in a note."""
+    path = tmp_path / "p"
+    s, lg = Serdes.string(), Serdes.long()
+
+    def run(upgraded: bool, first: int, last: int) -> None:
+        with Task(path, sync=False) as task:
+            if upgraded:
+                kv = task.key_value_store(
+                    Stores.timestamped_key_value_store_builder(
+                        Stores.persistent_timestamped_key_value_store("kv"), s, lg
+                    )
+                )
+                win = task.window_store(
+                    Stores.timestamped_window_store_builder(
+                        Stores.persistent_timestamped_window_store(
+                            "win", 10 * WINDOW, WINDOW, False
+                        ),
+                        s,
+                        lg,
+                    )
+                )
+            else:
+                kv = task.key_value_store(
+                    Stores.key_value_store_builder(Stores.persistent_key_value_store("kv"), s, lg)
+                )
+                win = task.window_store(
+                    Stores.window_store_builder(
+                        Stores.persistent_window_store("win", 10 * WINDOW, WINDOW, False), s, lg
+                    )
+                )
+            task.initialize()
+            for i in range(first, last):
+                task.context.timestamp = 1_000 * i
+                key = f"k{i % 10}"
+                if upgraded and i % 3 == 0:
+                    kv.get(f"k{(i + 5) % 10}")  # moves a legacy row, converted (ts -1)
+                value = ValueAndTimestamp(i, 1_000 * i) if upgraded else i
+                kv.put(key, value)
+                # segments of 5 windows: 0 and 1 before the upgrade; after it, segment 1 is
+                # written to (converted in place) and segment 2 made in the new format
+                start = (10 if i % 2 else 5) * WINDOW if upgraded else (i // 20) * 5 * WINDOW
+                win.put(key, value, start)
+            task.commit(last)
+
+    run(False, 0, 40)
+    run(True, 40, 47)
+    meta = {r["store"]: r for r in admin.stat(path)}
+    assert meta["kv"]["format"] == "TIMESTAMPED" and meta["kv"]["config"]["legacy"]
+    formats = {v for _, v in lmdb_rows(path, b"win")}
+    assert formats == {bytes([txstore.ValueFormat.PLAIN]), bytes([txstore.ValueFormat.TIMESTAMPED])}
+    report = admin.check(path, deep=True)
+    assert report.ok, problems(report)
+    assert report.rows_verified == report.rows_read
+    assert any("converted from an older format" in n.detail for n in report.notes)
+    lmdb_put(path, b"kv", b"k9", struct.pack(">q", 1))  # a row of the legacy tier, changed
+    assert [(p.what, p.key) for p in admin.check(path, deep=True).problems] == [
+        ("store 'kv': value differs", b"k9")
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known divergence: a retain_duplicates window store and its change-logging layer "
+    "both restart their sequence numbers at 0 when reopened, so puts to a window written "
+    "before the restart overwrite its duplicates [key][ts][seq], and as the two counters part "
+    "after a put(key, None, ts) they overwrite different ones: the store loses values and "
+    "differs from what a restore of its changelog gives",
+)
+def test_retain_duplicates_written_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    make_task_dir(path, total=80, split=40)  # both lifetimes write window [0, 60 s)
+    report = admin.check(path, deep=True)
+    assert report.ok, problems(report)
+
+
+def test_a_damaged_changelog_is_named_and_the_rows_still_get_their_format_checks(
+    tmp_path: Path,
+) -> None:
+    path = fresh(tmp_path)
+    seg = sorted((path / "changelog" / "kv_headers").glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    data[60] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    lmdb_put(path, b"kv_headers", b"k1", b"\x7f")
+    report = admin.check(path, deep=True)
+    whats = [p.what for p in report.problems]
+    assert "changelog 'kv_headers'" in whats and "store 'kv_headers': bad row" in whats
+    assert admin.check(path).ok is False

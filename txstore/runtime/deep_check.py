@@ -108,8 +108,12 @@ class StoreCheck:
     upgraded: int = 0
     """Rows equal to the upgrade conversion of the changelog record in an older format."""
     changelog_records: int = 0
-    """Changelog records replayed (0: no changelog)."""
+    """Changelog records replayed, every one read and CRC-checked (0: no changelog)."""
     has_changelog: bool = False
+    replayed: bool = False
+    """Whether the changelog was replayed (not when the store is ahead of it)."""
+    changelog_error: str = ""
+    """Why the changelog could not be replayed (damage): the rows got the format checks."""
     differences: int = 0
     """Every difference found, listed or not."""
     findings: list[Finding] = field(default_factory=list)
@@ -585,8 +589,9 @@ def check_store(
     changelog in ``log_dir`` (None, or a missing directory: format checks only). The store's
     rows and committed offset are read in one snapshot, taken before the changelog is opened
     (a task commits its changelog first, so the changelog then holds everything the store
-    committed). A store ahead of its changelog is not compared (``check`` reports it).
-    Raises :class:`~txstore.errors.TxStoreError` for a store or changelog that cannot be read.
+    committed). A store ahead of its changelog, or whose changelog cannot be read
+    (``changelog_error``), gets the format checks only. Raises
+    :class:`~txstore.errors.TxStoreError` for a store that cannot be read.
     """
     meta = part.store_meta(name)
     with part.snapshot() as snap, open_view(part, name, snap) as view:
@@ -596,10 +601,15 @@ def check_store(
         replay = None
         if log_dir is not None and log_dir.is_dir():
             store.result.has_changelog = True
-            with FileChangelog(log_dir, readonly=True) as log:
-                if offset <= log.committed_end_offset:
-                    replay = _replay(log, offset)
-                    store.result.changelog_records = replay.records
+            try:
+                with FileChangelog(log_dir, readonly=True) as log:
+                    if offset <= log.committed_end_offset:
+                        replay = _replay(log, offset)
+                        store.result.changelog_records = replay.records
+                        store.result.replayed = True
+            except TxStoreError as exc:  # the rows still get their format checks
+                replay = None
+                store.result.changelog_error = str(exc)
         store.compare(snap, replay)
     store.result.differences = len(store.diffs)
     store.result.findings = store.findings()
