@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,10 +111,10 @@ def test_a_tasks_database_is_refused(tmp_path: Path) -> None:
 def test_retention_is_the_deprecated_spelling_of_retention_period(tmp_path: Path) -> None:
     with txstore.open(tmp_path) as db:
         with pytest.warns(DeprecationWarning, match="retention_period"):
-            w = db.window_store("w", retention=3_600_000, window_size=60_000)
+            w: Any = db.window_store("w", retention=3_600_000, window_size=60_000)
         assert w.retention_period == 3_600_000
         with pytest.warns(DeprecationWarning):
-            s = db.session_store("s", retention=600_000)
+            s: Any = db.session_store("s", retention=600_000)
         assert s.retention_period == 600_000
         with pytest.raises(InvalidArgumentError, match="retention_period only"):
             db.window_store("x", retention=1, retention_period=1, window_size=1)
