@@ -26,23 +26,29 @@ def open_task(path: str, **kwargs: Any) -> Task:
     if budget:
         kwargs.setdefault("overlay_budget_bytes", int(budget))
     task = Task(path, changelog_options={"segment_bytes": 4096}, **kwargs)
-    task.key_value_store(
-        Stores.key_value_store_builder(
-            Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+    try:
+        task.key_value_store(
+            Stores.key_value_store_builder(
+                Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+            )
         )
-    )
-    task.key_value_store(
-        Stores.timestamped_key_value_store_builder(
-            Stores.persistent_timestamped_key_value_store("latest"), Serdes.string(), Serdes.long()
+        task.key_value_store(
+            Stores.timestamped_key_value_store_builder(
+                Stores.persistent_timestamped_key_value_store("latest"),
+                Serdes.string(),
+                Serdes.long(),
+            )
         )
-    )
-    task.key_value_store(
-        Stores.timestamped_key_value_store_with_headers_builder(
-            Stores.persistent_timestamped_key_value_store_with_headers("tagged"),
-            Serdes.string(),
-            Serdes.string(),
+        task.key_value_store(
+            Stores.timestamped_key_value_store_with_headers_builder(
+                Stores.persistent_timestamped_key_value_store_with_headers("tagged"),
+                Serdes.string(),
+                Serdes.string(),
+            )
         )
-    )
+    except BaseException:
+        task.close()  # a store that cannot be opened (a damaged changelog): close the others
+        raise
     return task
 
 
