@@ -88,8 +88,53 @@ class TaskCorruptedError(StorageError):
     changelog from a backup. Nothing was changed when it was raised."""
 
 
-class WriterLockedError(TxStoreError):
-    """Another process holds the single-writer lock (open read-only instead, or stop it)."""
+class WriterLockedError(InvalidStateStoreError):
+    """Another process holds the single-writer lock (open read-only instead, or stop it).
+
+    A subclass of :class:`InvalidStateStoreError`, which partitions raised for it before, so
+    ``except InvalidStateStoreError`` still catches it."""
+
+
+class DamagedFileError(StorageError):
+    """A file on disk cannot be what it claims to be: an LMDB ``data.mdb`` that is shorter than
+    the pages its meta pages say it holds (truncated), or whose meta pages are unreadable (bad
+    magic, unknown format version, impossible page size). Found *before* the file is mapped, so
+    the process gets this error instead of dying of SIGBUS. ``path`` is the file, ``reason``
+    what is wrong with it. Nothing was changed; restore the partition from its changelogs (open
+    it as a :class:`~txstore.runtime.task.Task` after moving the damaged ``data/`` away) or from
+    a snapshot."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"damaged file {path!r}: {reason}. Nothing was changed; restore the partition from "
+            "its changelogs (move its data/ directory away and open it as a Task) or from a "
+            "snapshot"
+        )
+        self.path = path
+        self.reason = reason
+
+
+class PartitionDataLostError(StorageError):
+    """A partition directory shows that it held data (``evidence``: its changelogs, a spill
+    directory, a snapshot manifest, the writer's lock file) but its LMDB environment
+    (``data/data.mdb``) is missing or empty. Opening it as a plain database would serve empty
+    stores as if nothing had ever been written, so it is refused; open it as a
+    :class:`~txstore.runtime.task.Task`, which restores every store from its changelog."""
+
+    def __init__(self, path: str, missing: str, evidence: list[str], advice: str) -> None:
+        super().__init__(
+            f"partition {path!r} lost its data: {missing}, yet it holds {'; '.join(evidence)}, "
+            f"so it held data. Refusing to serve empty stores. {advice}"
+        )
+        self.path = path
+        self.missing = missing
+        self.evidence = list(evidence)
+
+
+class StorageFullError(StorageError):
+    """LMDB reported its map full and it could not be grown: the disk is full, the process
+    cannot map a larger file (address space, ``ulimit -v``), or the write is too large for one
+    transaction. Nothing of the failed write was committed."""
 
 
 class UnsupportedOperationError(TxStoreError, NotImplementedError):

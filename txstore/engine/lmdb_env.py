@@ -17,6 +17,8 @@ import lmdb
 
 from txstore.engine.base import AtomicReads, fork_generation
 from txstore.engine.iterators import KeyRange, Row, no_rows, read_lmdb_chunk
+from txstore.engine.lmdb_errors import lmdb_error
+from txstore.engine.lmdb_files import check_data_file
 from txstore.errors import InvalidArgumentError, InvalidStateStoreError, StorageError
 
 __all__ = [
@@ -174,7 +176,12 @@ def acquire_env(
     max_readers: int,
 ) -> SharedEnv:
     """The environment of the directory ``data``, opened once per process and shared by the
-    partitions on it; at most one writable partition per path and process."""
+    partitions on it; at most one writable partition per path and process.
+
+    Before LMDB maps ``data.mdb`` the first time in this process, the file is checked
+    (:func:`~txstore.engine.lmdb_files.check_data_file`): a truncated file or unreadable meta
+    pages raise :class:`~txstore.errors.DamagedFileError` instead of a ``SIGBUS`` at the first
+    read of a missing page. Any other failure of ``lmdb.open`` is a ``StorageError``."""
     key = os.path.realpath(data)
     with _registry_lock:
         sh = _registry.get(key)
@@ -189,6 +196,7 @@ def acquire_env(
                 sh.writer = True
             sh.refs += 1
             return sh
+        check_data_file(os.path.join(data, "data.mdb"), readonly)
         try:
             env = lmdb.open(
                 data,
@@ -203,7 +211,10 @@ def acquire_env(
                 max_spare_txns=0,  # spare read txns break the parent after a fork
             )
         except lmdb.Error as exc:
-            raise StorageError(f"cannot open LMDB environment {data!r}: {exc}") from exc
+            err = lmdb_error(exc, data)
+            if type(err) is StorageError:
+                err = StorageError(f"cannot open LMDB environment {data!r}: {exc}")
+            raise err from exc
         sh = SharedEnv(key, env, not readonly)
         sh.open_args = {
             "path": data,
@@ -393,6 +404,7 @@ class SharedEnv:
         self.slots = set()
         self.generation += 1
         try:
+            check_data_file(os.path.join(path, "data.mdb"), True)
             self.env = lmdb.open(
                 path,
                 subdir=True,
@@ -402,7 +414,7 @@ class SharedEnv:
                 max_spare_txns=0,
                 **args,
             )
-        except lmdb.Error as exc:
+        except (lmdb.Error, StorageError) as exc:
             self.failed = StorageError(
                 f"cannot reopen LMDB environment {path!r} (to release its dbi table): {exc}; "
                 "open the partition again"
