@@ -43,7 +43,6 @@ import contextlib
 import operator
 import struct
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import compress, repeat
@@ -71,7 +70,6 @@ Record = tuple[bytes | None, int, bytes]
 _Q: Final = struct.Struct(">q")
 _QI: Final = struct.Struct(">qi")
 _QQ: Final = struct.Struct(">qq")
-_REG: Final = struct.Struct(">q")
 _SHOWN_BYTES: Final = 48
 _FORMATS: Final = frozenset(f.value for f in ValueFormat)
 #: What a key without a changelog record looks up (a tuple, so that rows convert as columns).
@@ -159,11 +157,6 @@ def _replay(log: FileChangelog, offset: int) -> _Replay:
     return _Replay(latest, later, records)
 
 
-def consume(iterable: Iterable[object]) -> None:
-    """Exhaust ``iterable`` at C speed, keeping nothing."""
-    deque(iterable, maxlen=0)
-
-
 def _records_to_values(
     fmt: ValueFormat, values: list[bytes | None], stamps: list[int], headers: list[bytes]
 ) -> list[bytes | None]:
@@ -239,15 +232,11 @@ class _Store:
             return [(None, fmt, read_all(snap.source(db))) for db, fmt in dbs]
         out: list[tuple[int | None, ValueFormat, list[Any]]] = []
         for k, v in read_all(snap.source(st.registry_db)):
-            if (
-                len(k) != 8
-                or v is None
-                or len(v) != 1
-                or v[0] not in ValueFormat._value2member_map_
-            ):
-                self.add(_Diff("bad segment registry entry", k, self.format, found=v))
+            if len(k) != 8 or v is None or len(v) != 1 or v[0] not in _FORMATS:
+                why = "not a segment id and a value format"
+                self.add(_Diff("bad segment registry entry", k, self.format, found=v, why=why))
                 continue
-            sid = _REG.unpack(k)[0]
+            sid = _Q.unpack(k)[0]
             out.append((sid, ValueFormat(v[0]), read_all(snap.source(st.segment_db(sid)))))
         return out
 
@@ -302,8 +291,6 @@ class _Store:
         values: list[bytes],
         fmt: ValueFormat,
         sid: int | None,
-        *,
-        headers: bool = True,
     ) -> dict[int, str]:
         """The rows that break their format or key schema: index -> what is wrong. The value
         layout parses (``split_values``, one C call), its headers decode (each distinct
@@ -423,9 +410,7 @@ class _Store:
         exp = _records_to_values(fmt, list(map(_FIRST, recs)), stamps, headers)
         equal = list(map(operator.eq, values, exp))
         others = [i for i in compress(range(n), map(operator.not_, equal))]
-        bad = self.bad_rows(
-            [keys[i] for i in others], [values[i] for i in others], fmt, sid, headers=False
-        )
+        bad = self.bad_rows([keys[i] for i in others], [values[i] for i in others], fmt, sid)
         bad = {others[j]: why for j, why in bad.items()}
         if self.kind != "key_value" and not self.keys_ok(keys, sid):
             for i in compress(range(n), equal):
