@@ -23,8 +23,8 @@ __all__ = [
     "progress_text",
 ]
 
-#: Non-exact trials shown in the summary (every one is in the JSON report).
-EXAMPLES = 8
+#: Trials shown per kind of finding in the summary (every one is in the JSON report).
+EXAMPLES = 3
 
 _SHORT = {
     "exact": "exact",
@@ -115,17 +115,27 @@ def damage_lines(trials: Sequence[DamageTrial]) -> list[str]:
         return out
     out += _table(trials, "class / file type", FILE_TYPES, "file_type")
     out += _table(trials, "class / damage", KINDS, "kind")
-    odd = [t for t in trials if t.outcome != "exact" or t.healthy_changed]
-    # The worst first: silent divergence, signals, healthy stores changed, untyped, refused.
-    rank = {"silent_divergence": 0, "signal": 1, "untyped": 3, "refused": 4, "exact": 5}
-    odd.sort(key=lambda t: (2 if t.healthy_changed else rank[t.outcome], t.index))
-    if odd:
-        out.append(
-            f"non-exact trials (first {min(EXAMPLES, len(odd))} of {len(odd)}, worst first):"
-        )
-        for t in odd[:EXAMPLES]:
+    shown: set[int] = set()
+    for label, group in _groups(trials):
+        fresh = [t for t in group if t.index not in shown][:EXAMPLES]
+        if not fresh:
+            continue
+        out.append(f"{label}: {len(group)} trials; the first {len(fresh)}:")
+        for t in fresh:
+            shown.add(t.index)
             out += describe_trial(t)
     return out
+
+
+def _groups(trials: Sequence[DamageTrial]) -> list[tuple[str, list[DamageTrial]]]:
+    """The findings, worst first."""
+    return [
+        ("silent divergence", [t for t in trials if t.outcome == "silent_divergence"]),
+        ("died by a signal", [t for t in trials if t.outcome == "signal"]),
+        ("healthy store changed", [t for t in trials if t.healthy_changed]),
+        ("untyped", [t for t in trials if t.outcome == "untyped"]),
+        ("refused", [t for t in trials if t.outcome == "refused"]),
+    ]
 
 
 def damage_json(trials: Sequence[DamageTrial]) -> dict[str, Any]:
