@@ -10,6 +10,7 @@ for in-memory stores, :mod:`txstore.engine.memory`). Stores talk to either throu
 from __future__ import annotations
 
 import json
+import re
 import threading
 import warnings
 import weakref
@@ -29,7 +30,10 @@ from txstore.errors import (
 
 __all__ = [
     "MAX_KEY_SIZE",
+    "MAX_STORE_NAME_LENGTH",
     "META_DB",
+    "RESERVED_STORE_PREFIX",
+    "STORE_NAME_CHARS",
     "AtomicReads",
     "PartitionBase",
     "Snapshot",
@@ -40,7 +44,12 @@ __all__ = [
 META_DB: Final = b"__txstore_meta__"
 MAX_KEY_SIZE: Final = 511
 """LMDB's maximum key size (``env.max_key_size()``); both flavours enforce it."""
-MAX_STORE_NAME_BYTES: Final = 200
+MAX_STORE_NAME_LENGTH: Final = 249
+"""The longest store name: Kafka's longest topic name (``Topic.MAX_NAME_LENGTH``)."""
+STORE_NAME_CHARS: Final = "a-z, A-Z, 0-9, '.', '_', '-'"
+"""The characters of a store name: Kafka's legal topic characters (``Topic.LEGAL_CHARS``)."""
+RESERVED_STORE_PREFIX: Final = "__txstore"
+_STORE_NAME: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 READER_CHECK_EVERY: Final = 64
 
 #: Bumped in a forked child; a partition opened under an older generation is unusable there.
@@ -73,19 +82,37 @@ class AtomicReads:
 
 
 def check_store_name(name: object) -> str:
-    """Validate a store name: non-empty ``str``, no NUL, <= 200 UTF-8 bytes, not reserved."""
+    """Validate a store name; the one place that defines what a store name may be.
+
+    The rules are Kafka's for topic names (a store's changelog is a topic, and its directory
+    ``changelog/<store>/`` a path component): 1 to :data:`MAX_STORE_NAME_LENGTH` (249)
+    characters from ``[a-zA-Z0-9._-]`` (:data:`STORE_NAME_CHARS`), not ``.`` or ``..``; and
+    txstore's own: not starting with :data:`RESERVED_STORE_PREFIX` (``__txstore``, its
+    internal databases). So no name can leave the directory it names (``../escape``), hide
+    (``a/b``, NUL) or differ from another only by Unicode normalisation. Raises
+    ``InvalidTypeError`` for a non-``str``, ``InvalidArgumentError`` naming the rule broken
+    otherwise. O(len(name)), one regular-expression match."""
     if not isinstance(name, str):
         raise InvalidTypeError(f"store name must be a str, got {type(name).__name__}")
-    if not name:
-        raise InvalidArgumentError("store name must not be empty")
-    if "\x00" in name:
-        raise InvalidArgumentError(f"store name {name!r} contains a NUL character")
-    if len(name.encode()) > MAX_STORE_NAME_BYTES:
+    if _STORE_NAME.fullmatch(name) is None:
+        if not name:
+            raise InvalidArgumentError("store name must not be empty")
+        if len(name) > MAX_STORE_NAME_LENGTH:
+            raise InvalidArgumentError(
+                f"store name {name[:40]!r}... is {len(name)} characters long, longer than "
+                f"{MAX_STORE_NAME_LENGTH} (Kafka's limit for topic names)"
+            )
+        bad = sorted({c for c in name if _STORE_NAME.fullmatch(c) is None})
         raise InvalidArgumentError(
-            f"store name {name[:40]!r}... is longer than {MAX_STORE_NAME_BYTES} UTF-8 bytes"
+            f"store name {name!r} contains {', '.join(map(repr, bad))}: a store name may only "
+            f"contain {STORE_NAME_CHARS} (Kafka's legal topic characters)"
         )
-    if name.startswith("__txstore"):
-        raise InvalidArgumentError(f"store name {name!r} uses the reserved prefix '__txstore'")
+    if name in (".", ".."):
+        raise InvalidArgumentError(f"store name {name!r} is not allowed ('.' and '..' are not)")
+    if name.startswith(RESERVED_STORE_PREFIX):
+        raise InvalidArgumentError(
+            f"store name {name!r} uses the reserved prefix {RESERVED_STORE_PREFIX!r}"
+        )
     return name
 
 

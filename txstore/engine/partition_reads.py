@@ -29,7 +29,8 @@ from txstore.engine.lmdb_env import (
     TxnReads,
     read_range_rows,
 )
-from txstore.errors import SnapshotInvalidatedError, StorageError
+from txstore.engine.lmdb_errors import lmdb_error
+from txstore.errors import InvalidArgumentError, SnapshotInvalidatedError, StorageError
 
 __all__ = ["LmdbSnapshot", "PartitionReads"]
 
@@ -78,7 +79,10 @@ class PartitionReads(PartitionBase):
             return h
         if not sh.writable_env:
             return sh.open_readonly(db)  # may raise DbiTableFull (see run_shared)
-        txn = sh.env.begin(write=True)
+        try:
+            txn = sh.env.begin(write=True)
+        except lmdb.Error as exc:
+            raise lmdb_error(exc, str(self.path)) from exc
         try:
             with sh.dbi_lock:
                 h = sh.dbs.get(db)
@@ -89,7 +93,12 @@ class PartitionReads(PartitionBase):
                         return None
                     except lmdb.DbsFullError as exc:
                         raise self._dbs_full(exc) from exc
-                    txn.commit()
+                    except lmdb.Error as exc:
+                        raise lmdb_error(exc, str(self.path)) from exc
+                    try:
+                        txn.commit()
+                    except lmdb.Error as exc:
+                        raise lmdb_error(exc, str(self.path)) from exc
                     sh.publish({db: h})
             return h
         finally:
@@ -152,13 +161,26 @@ class PartitionReads(PartitionBase):
                         f"LMDB reader table of {self.path!r} is full: close idle iterators and "
                         "snapshots or raise max_readers"
                     ) from exc
-                sh.env.reader_check()
+                self._reader_check_now(exc)
                 continue
+            except lmdb.Error as exc:
+                raise lmdb_error(exc, str(self.path)) from exc
             finally:
                 sh.gate.leave()
             with sh.gate.exclusive():  # adopt the size another process grew the map to
-                sh.env.set_mapsize(0)
+                try:
+                    sh.env.set_mapsize(0)
+                except lmdb.Error as exc:
+                    raise lmdb_error(exc, str(self.path)) from exc
         raise StorageError(f"could not begin a read transaction on {self.path!r}")
+
+    def _reader_check_now(self, full: lmdb.Error) -> None:
+        """Clear stale reader slots after LMDB found its reader table full (``full``)."""
+        assert self._sh is not None
+        try:
+            self._sh.env.reader_check()
+        except lmdb.Error as exc:
+            raise lmdb_error(exc, str(self.path)) from full
 
     # The writer's read transaction. Reads of the writer thread (``shared=False`` on a
     # writable partition) all use one read transaction, begun at the first read and ended
@@ -186,8 +208,19 @@ class PartitionReads(PartitionBase):
         txn = self.writer_txn
         if txn is None or self.writer_handles.get(db) is not h:
             self._end_reader()
-            self.writer_handles = sh.dbs  # every handle in it was published before the begin below
-            txn = self.writer_txn = sh.env.begin()
+            handles = sh.dbs  # every handle in it was published before the begin below
+            try:
+                txn = sh.env.begin()
+            except lmdb.ReadersFullError as exc:
+                self._reader_check_now(exc)
+                try:
+                    txn = sh.env.begin()
+                except lmdb.Error as again:
+                    raise lmdb_error(again, str(self.path)) from again
+            except lmdb.Error as exc:
+                raise lmdb_error(exc, str(self.path)) from exc
+            self.writer_handles = handles
+            self.writer_txn = txn
         return txn, h
 
     def _writer_cursor(self, db: bytes) -> Any:
@@ -221,7 +254,10 @@ class PartitionReads(PartitionBase):
                 txn, h = self._writer_txn_for(db)
                 if h is None:
                     return default
-            return fn(txn, h)
+            try:
+                return fn(txn, h)
+            except lmdb.Error as exc:
+                raise lmdb_error(exc, str(self.path)) from exc
         self.check_usable()
         sh = self._sh
         assert sh is not None
@@ -255,7 +291,10 @@ class PartitionReads(PartitionBase):
             if txn is not None:
                 h = self.writer_handles.get(db)
                 if h is not None:
-                    value: bytes | None = txn.get(key, None, h)
+                    try:  # free until raised (zero-cost exceptions)
+                        value: bytes | None = txn.get(key, None, h)
+                    except lmdb.Error as exc:
+                        raise lmdb_error(exc, str(self.path)) from exc
                     return value
         value = self._read(db, shared, lambda txn, h: txn.get(key, None, h), None)
         return value
@@ -294,18 +333,21 @@ class PartitionReads(PartitionBase):
                 cur = self._writer_cursor(db)
                 if cur is None:
                     return [], False
-            if reverse:
-                return read_range_rows(cur, lo, hi, True, limit)
-            out: list[Row] = []  # read_range_rows forward, inlined (one call less)
-            if cur.set_range(lo):
-                append = out.append
-                for row in cur:  # iter(cursor): iternext() without its argument parsing
-                    if row[0] > hi:
-                        break
-                    if len(out) == limit:
-                        return out, True
-                    append(row)
-            return out, False
+            try:  # free until raised (zero-cost exceptions)
+                if reverse:
+                    return read_range_rows(cur, lo, hi, True, limit)
+                out: list[Row] = []  # read_range_rows forward, inlined (one call less)
+                if cur.set_range(lo):
+                    append = out.append
+                    for row in cur:  # iter(cursor): iternext() without its argument parsing
+                        if row[0] > hi:
+                            break
+                        if len(out) == limit:
+                            return out, True
+                        append(row)
+                return out, False
+            except lmdb.Error as exc:
+                raise lmdb_error(exc, str(self.path)) from exc
         empty: tuple[list[Row], bool] = ([], False)
         return self._read(
             db, shared, lambda t, h: read_range_rows(t.cursor(h), lo, hi, reverse, limit), empty
@@ -396,6 +438,8 @@ class PartitionReads(PartitionBase):
             if sh.failed is not None:
                 raise sh.failed
             return fn(sh.env)
+        except lmdb.Error as exc:
+            raise lmdb_error(exc, str(self.path)) from exc
         finally:
             sh.gate.leave()
 
@@ -477,6 +521,10 @@ class LmdbSnapshot(Snapshot):
                 return default  # the database did not exist when the snapshot began
             try:
                 return fn(self._txn, h)
+            except lmdb.BadValsizeError as exc:  # a bad argument, not a dead snapshot
+                raise InvalidArgumentError(
+                    f"LMDB refused a key of that size (1 to 511 bytes): {exc}"
+                ) from exc
             except lmdb.Error as exc:
                 raise SnapshotInvalidatedError(f"snapshot is no longer usable: {exc}") from exc
         finally:

@@ -24,8 +24,9 @@ from txstore.engine.lmdb_env import (
     apply_chunks,
     apply_rows,
 )
+from txstore.engine.lmdb_errors import lmdb_error
 from txstore.engine.partition_reads import PartitionReads
-from txstore.errors import StorageError
+from txstore.errors import StorageError, TxStoreError
 
 __all__ = ["PartitionWrites"]
 
@@ -49,7 +50,10 @@ class PartitionWrites(PartitionReads):
         self._end_reader()
         while True:
             with sh.gate.exclusive() if exclusive else contextlib.nullcontext():
-                txn = sh.env.begin(write=True)
+                try:
+                    txn = sh.env.begin(write=True)
+                except lmdb.Error as exc:
+                    raise self._write_error(exc) from exc
                 try:
                     fn(txn)
                     txn.commit()
@@ -64,7 +68,7 @@ class PartitionWrites(PartitionReads):
                     with contextlib.suppress(lmdb.Error):
                         txn.abort()
                     if isinstance(exc, lmdb.Error):
-                        raise StorageError(f"LMDB write failed in {self.path!r}: {exc}") from exc
+                        raise self._write_error(exc) from exc
                     raise
                 finally:
                     self._new_dbs = {}  # handles opened by an aborted txn are gone
@@ -73,14 +77,25 @@ class PartitionWrites(PartitionReads):
                         sh.dbi_lock.release()
             self._grow(estimate)
 
+    def _write_error(self, exc: lmdb.Error) -> TxStoreError:
+        """The txstore error for an LMDB error of a write transaction (see
+        :func:`~txstore.engine.lmdb_errors.lmdb_error`)."""
+        err = lmdb_error(exc, str(self.path))
+        if type(err) is StorageError:
+            return StorageError(f"LMDB write failed in {self.path!r}: {exc}")
+        return err
+
     def _grow(self, estimate: int) -> None:
         sh = self._sh
         assert sh is not None
         with sh.gate.exclusive():
-            size = sh.env.info()["map_size"]
-            new = max(2 * size, size + estimate)
-            new += -new % 4096
-            sh.env.set_mapsize(new)
+            try:
+                size = sh.env.info()["map_size"]
+                new = max(2 * size, size + estimate)
+                new += -new % 4096
+                sh.env.set_mapsize(new)
+            except lmdb.Error as exc:
+                raise lmdb_error(lmdb.MapFullError(str(exc)), str(self.path)) from exc
 
     def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
         self._check_writable()
@@ -150,7 +165,10 @@ class PartitionWrites(PartitionReads):
     def record_offset(self, store: str, offset: int) -> None:
         self.commit_stores({store: offset})
         assert self._sh is not None
-        self._sh.env.sync(True)
+        try:
+            self._sh.env.sync(True)
+        except lmdb.Error as exc:
+            raise lmdb_error(exc, str(self.path)) from exc
 
     # -- handles in write transactions ---------------------------------------------------------
 

@@ -49,6 +49,7 @@ from typing import Any, Final
 import lmdb
 
 from txstore.engine.iterators import KeyRange, Row, cut_rows, merge_rows, read_lmdb_chunk
+from txstore.engine.lmdb_errors import lmdb_error
 from txstore.errors import StorageError
 
 __all__ = [
@@ -220,21 +221,24 @@ class SpillEnv:
         if env is None:
             if not self._created:
                 remove_dir(self.path)
-            env = self._env = lmdb.open(
-                self.path,
-                map_size=self._map_size,
-                max_dbs=self._max_dbs,
-                sync=False,
-                metasync=False,
-                subdir=True,
-                max_spare_txns=0,  # see Partition: spare txns break the parent after a fork
-            )
-            self._created = True
-            self._mapped = 0
-            if self._handles:  # reopened: every live run needs its handle again
-                names = list(self._handles)
-                with env.begin(write=True) as txn:
-                    self._handles = {n: env.open_db(n, txn=txn, create=False) for n in names}
+            try:
+                env = self._env = lmdb.open(
+                    self.path,
+                    map_size=self._map_size,
+                    max_dbs=self._max_dbs,
+                    sync=False,
+                    metasync=False,
+                    subdir=True,
+                    max_spare_txns=0,  # see Partition: spare txns break the parent after a fork
+                )
+                self._created = True
+                self._mapped = 0
+                if self._handles:  # reopened: every live run needs its handle again
+                    names = list(self._handles)
+                    with env.begin(write=True) as txn:
+                        self._handles = {n: env.open_db(n, txn=txn, create=False) for n in names}
+            except lmdb.Error as exc:
+                raise lmdb_error(exc, self.path) from exc
         return env
 
     def _reopen(self) -> None:
@@ -253,7 +257,11 @@ class SpillEnv:
     def _reader(self) -> Any:
         txn = self._rtxn
         if txn is None:
-            txn = self._rtxn = self._open().begin()
+            env = self._open()
+            try:
+                txn = self._rtxn = env.begin()
+            except lmdb.Error as exc:
+                raise lmdb_error(exc, self.path) from exc
         return txn
 
     def _end_reader(self) -> None:
@@ -268,7 +276,10 @@ class SpillEnv:
         while True:
             env = self._open()
             new: dict[bytes, Any] = {}
-            txn = env.begin(write=True)
+            try:
+                txn = env.begin(write=True)
+            except lmdb.Error as exc:
+                raise lmdb_error(exc, self.path) from exc
             try:
                 fn(txn, new)
                 txn.commit()
@@ -276,13 +287,18 @@ class SpillEnv:
                 return
             except lmdb.MapFullError:
                 txn.abort()
-                env.set_mapsize(env.info()["map_size"] * 2)
+                try:
+                    env.set_mapsize(env.info()["map_size"] * 2)
+                except lmdb.Error as exc:
+                    raise lmdb_error(lmdb.MapFullError(str(exc)), self.path) from exc
             except lmdb.DbsFullError:
                 txn.abort()
                 self._max_dbs *= 2
                 self._reopen()
-            except BaseException:
+            except BaseException as exc:
                 txn.abort()
+                if isinstance(exc, lmdb.Error):
+                    raise lmdb_error(exc, self.path) from exc
                 raise
 
     def _append(self, run: Run, rows: list[Row], tombstones: int) -> None:
@@ -376,12 +392,15 @@ class SpillEnv:
         O(runs x log n)."""
         txn = self._reader()
         handles = self._handles
-        for run in runs_newest_first:
-            v = txn.get(key, None, handles[run.name])
-            if v is not None:
-                return v  # type: ignore[no-any-return]
-            if run.tombstones and txn.get(key, None, handles[run.tname]) is not None:
-                return None
+        try:  # free until raised (zero-cost exceptions)
+            for run in runs_newest_first:
+                v = txn.get(key, None, handles[run.name])
+                if v is not None:
+                    return v  # type: ignore[no-any-return]
+                if run.tombstones and txn.get(key, None, handles[run.tname]) is not None:
+                    return None
+        except lmdb.Error as exc:
+            raise lmdb_error(exc, self.path) from exc
         return NOT_FOUND
 
     def read_chunk(
@@ -389,17 +408,22 @@ class SpillEnv:
     ) -> tuple[list[Row], bytes | None]:
         """One chunk of a run's rows (``None`` values: tombstones)."""
         txn = self._reader()
-        rows, frontier = read_lmdb_chunk(txn.cursor(self._handles[run.name]), rng, reverse, n)
-        self._mapped += len(rows) * run.entry_bytes
-        if run.tombstones:  # merge the tombstones of the same span
+        try:
+            rows, frontier = read_lmdb_chunk(txn.cursor(self._handles[run.name]), rng, reverse, n)
+            self._mapped += len(rows) * run.entry_bytes
+            if not run.tombstones:
+                return rows, frontier
+            # merge the tombstones of the same span
             span = rng if frontier is None else rng.clip(frontier, reverse)
             cur = txn.cursor(self._handles[run.tname])
             tombs, tfrontier = read_lmdb_chunk(cur, span, reverse, n)
-            if tfrontier is not None:
-                frontier = tfrontier
-                cut_rows(rows, tfrontier, reverse)
-            if tombs:
-                rows = merge_rows([(k, None) for k, _ in tombs], rows, True)
+        except lmdb.Error as exc:
+            raise lmdb_error(exc, self.path) from exc
+        if tfrontier is not None:
+            frontier = tfrontier
+            cut_rows(rows, tfrontier, reverse)
+        if tombs:
+            rows = merge_rows([(k, None) for k, _ in tombs], rows, True)
         return rows, frontier
 
     def drop(self, runs: Sequence[Run]) -> None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
-from txstore.errors import InvalidStateStoreError
+from txstore.errors import WriterLockedError
 
 try:
     import fcntl
@@ -71,8 +71,9 @@ def writer_probe(path: str | os.PathLike[str]) -> Iterator[bool | None]:
 def lock_writer(path: str) -> int | None:
     """Take the writer lock of the partition directory ``path`` for the caller's lifetime: the
     open descriptor of ``writer.lock`` (close it to release the lock), or None where there is
-    no ``flock`` (Windows: LMDB's own writer lock only). Raises ``InvalidStateStoreError`` if
-    another writer holds it."""
+    no ``flock`` (Windows: LMDB's own writer lock only). Raises
+    :class:`~txstore.errors.WriterLockedError` (an ``InvalidStateStoreError``) if another
+    process holds it."""
     if fcntl is None:  # pragma: no cover - Windows: LMDB's own writer lock only
         return None
     fd = os.open(os.path.join(path, WRITER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
@@ -86,7 +87,8 @@ def lock_writer(path: str) -> int | None:
 
 def _lock_exclusive(fd: int, path: str) -> None:
     """Take the writer lock on ``fd``, waiting out inspectors that hold it shared for a moment
-    (:func:`writer_probe`); raise ``InvalidStateStoreError`` if another writer holds it."""
+    (:func:`writer_probe`); raise :class:`~txstore.errors.WriterLockedError` if another writer
+    holds it (or inspectors keep it for more than :data:`INSPECTOR_WAIT_S`)."""
     deadline = time.monotonic() + INSPECTOR_WAIT_S
     while True:
         try:
@@ -99,13 +101,13 @@ def _lock_exclusive(fd: int, path: str) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
-            raise InvalidStateStoreError(
+            raise WriterLockedError(
                 f"partition {path!r} is open for writing by another process; open it with "
                 "readonly=True, or stop that process"
             ) from held
         fcntl.flock(fd, fcntl.LOCK_UN)
         if time.monotonic() >= deadline:
-            raise InvalidStateStoreError(
+            raise WriterLockedError(
                 f"partition {path!r}: inspecting processes (txstore check) kept its "
                 f"{WRITER_LOCK} locked for {INSPECTOR_WAIT_S:g} s; stop them and open it again"
             ) from held
