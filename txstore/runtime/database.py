@@ -33,6 +33,7 @@ from txstore.engine.partition import Partition
 from txstore.errors import (
     InvalidArgumentError,
     InvalidTypeError,
+    PartitionDataLostError,
     StoreClosedError,
     UnsupportedOperationError,
 )
@@ -59,7 +60,7 @@ from txstore.stores.serdes import Serde, Serdes
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore
 
-__all__ = ["Database", "open"]
+__all__ = ["Database", "check_data_not_lost", "open"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -118,6 +119,8 @@ class Database:
             kwargs["map_size"] = map_size
         if max_dbs is not None:
             kwargs["max_dbs"] = max_dbs
+        if changelogs is None:
+            check_data_not_lost(os.fspath(path))
         self.partition = Partition(path, **kwargs)
         self.changelogs = changelogs
         self._stacks: dict[str, StoreStack] = {}
@@ -443,6 +446,67 @@ class Database:
         return f"<txstore.Database {self.path!r} {state}>"
 
 
+def check_data_not_lost(path: str) -> None:
+    """Refuse a partition directory that lost its data: raise
+    :class:`~txstore.errors.PartitionDataLostError` when ``data/data.mdb`` is missing or empty
+    although the directory shows that the partition held data. Evidence of that (see
+    docs/engine.md, "Damaged and lost files"): a ``changelog/`` directory holding a file (a
+    task's changelogs), a ``spill/`` directory (a writer's spilled uncommitted writes, only ever
+    next to its data), ``manifest.json`` (a snapshot copy) or ``writer.lock`` (a writer opened
+    it, after it created ``data/``). Without this check, opening it creates an empty
+    environment and serves empty stores as if nothing had ever been written.
+
+    A :class:`~txstore.runtime.task.Task` skips it: it restores every store from its
+    changelog. Cost: one ``stat`` when the data file is there; a walk of ``changelog/`` (up to
+    its first file) only when it is not."""
+    data = os.path.join(path, "data", "data.mdb")
+    try:
+        if os.stat(data).st_size > 0:
+            return
+        missing = "data/data.mdb is empty (0 bytes)"
+    except FileNotFoundError:
+        where = "data/data.mdb" if os.path.isdir(os.path.join(path, "data")) else "data/"
+        missing = f"{where} is missing"
+    except OSError:
+        return  # unreadable: the partition's own open reports why
+    evidence: list[str] = []
+    logs = os.path.join(path, "changelog")
+    stores = sorted(
+        entry.name
+        for entry in _scandir(logs)
+        if entry.is_dir() and any(files for _, _, files in os.walk(entry.path))
+    )
+    if stores:
+        evidence.append(f"the changelogs of {', '.join(map(repr, stores))} (changelog/)")
+    if os.path.isdir(os.path.join(path, "spill")):
+        evidence.append("a writer's spill directory (spill/)")
+    if os.path.isfile(os.path.join(path, "manifest.json")):
+        evidence.append("a snapshot manifest (manifest.json)")
+    if os.path.isfile(os.path.join(path, "writer.lock")):
+        evidence.append("the lock file of a writer, created after its data (writer.lock)")
+    if not evidence:
+        return
+    if stores:
+        advice = (
+            "Open it as a txstore.runtime.task.Task, which restores every store from its "
+            "changelog; or delete the whole directory to start empty"
+        )
+    else:
+        advice = (
+            "No changelog here can restore it: put data/ back from a snapshot or backup, or "
+            "delete the whole directory to start empty"
+        )
+    raise PartitionDataLostError(path, missing, evidence, advice)
+
+
+def _scandir(path: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
 def open(
     path: str | os.PathLike[str],
     *,
@@ -465,11 +529,17 @@ def open(
     Cost: an ``lmdb.open`` and a check of stale reader slots; when writable also the
     single-writer lock, the removal of a spill directory a crash left behind and one LMDB
     write transaction; nothing proportional to the committed data. Raises
-    :class:`~txstore.errors.InvalidStateStoreError` if the partition is open for writing
-    by another process (or by another ``Database`` of this one): open it with
-    ``readonly=True``; :class:`~txstore.errors.StorageError` for a read-only open of a
-    directory that holds no partition; :class:`~txstore.errors.InvalidTypeError` or
-    :class:`~txstore.errors.InvalidArgumentError` for a size that is not a positive ``int``.
+    :class:`~txstore.errors.WriterLockedError` if the partition is open for writing by another
+    process (:class:`~txstore.errors.InvalidStateStoreError`, its base class, if by another
+    ``Database`` of this one): open it with ``readonly=True``;
+    :class:`~txstore.errors.StorageError` for a read-only open of a directory that holds no
+    partition; :class:`~txstore.errors.PartitionDataLostError` (a ``StorageError``) for a
+    directory whose ``data/`` is missing or empty although it held data (see
+    :func:`check_data_not_lost`: open it as a :class:`~txstore.runtime.task.Task` to restore
+    it from its changelogs); :class:`~txstore.errors.DamagedFileError` (a ``StorageError``)
+    for a truncated or unreadable ``data/data.mdb``; :class:`~txstore.errors.InvalidTypeError`
+    or :class:`~txstore.errors.InvalidArgumentError` for a size that is not a positive
+    ``int``.
     """
     return Database(
         path,
