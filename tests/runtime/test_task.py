@@ -189,3 +189,31 @@ def test_restore_into_each_key_value_format_is_byte_exact(tmp_path: Path) -> Non
         assert report.restored == {"counts": 90, "latest": 90, "tagged": 90}
         assert state(task) == model(90)
     assert committed(tmp_path / "a") == before
+
+
+def test_a_write_its_changelog_refuses_is_not_written_to_the_store(tmp_path: Path) -> None:
+    """The change-logging layer wrote the store, then appended to the changelog: a record the
+    changelog refused (here a record timestamp below -1) raised after the store had the write,
+    and the next commit made the store differ from a restore of its changelog. The record is
+    checked first now, and nothing is written."""
+    from txstore import ValueAndTimestamp
+    from txstore.errors import InvalidArgumentError
+
+    with open_task(str(tmp_path)) as task:
+        task.initialize()
+        process(task, 0)
+        task.context.timestamp = -5
+        with pytest.raises(InvalidArgumentError, match="timestamp -5"):
+            task.store("counts").put("bad", 1)
+        with pytest.raises(InvalidArgumentError, match="timestamp -7"):
+            task.store("latest").put("bad", ValueAndTimestamp(1, -7))
+        with pytest.raises(InvalidArgumentError, match="timestamp -5"):
+            task.store("tagged").delete("k0")
+        assert task.store("counts").get("bad") is None
+        assert task.store("latest").get("bad") is None
+        task.context.timestamp = 0
+        task.commit(1)
+        assert state(task) == model(1)
+    for f in (tmp_path / "data").iterdir():
+        f.unlink()  # restore every store from its changelog alone
+    assert recovered_state(tmp_path) == (1, model(1))

@@ -13,6 +13,11 @@ for writes, appends a changelog record in Kafka's changelog representation:
 
 Restoring goes the other way through the record converters
 (:func:`txstore.codecs.records_to_values`).
+
+The changelog record is made and checked *before* the store is written: a record the changelog
+would refuse (a record timestamp below -1, headers of the wrong type) raises a typed error and
+writes nothing, where writing the store first left a write in it that its changelog never got
+(and the next commit made the store differ from a restore of its changelog).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from txstore import codecs
-from txstore.changelog.api import Changelog
+from txstore.changelog.api import Changelog, check_record
+from txstore.changelog.format import LONG_MAX
 from txstore.codecs import ValueFormat
 from txstore.errors import UnsupportedOperationError
 
@@ -79,19 +85,27 @@ class _ChangeLogging:
         )
 
     def _record(self, key: bytes, raw: bytes | None) -> tuple[bytes, bytes | None, int, bytes]:
+        """The changelog record of writing ``raw`` under ``key``, checked as the changelog
+        checks it (a typed error for a record it would refuse)."""
         ctx = self.context
+        rec: tuple[bytes, bytes | None, int, bytes]
         if raw is None:
-            return key, None, ctx.timestamp, ctx.headers
-        fmt = self.format
-        if fmt == ValueFormat.PLAIN:
-            return key, raw, ctx.timestamp, ctx.headers
-        value, ts, headers = codecs.split_value(fmt, raw)
-        return (
-            key,
-            value,
-            ctx.timestamp if ts is None else ts,
-            headers if fmt.has_headers else ctx.headers,
-        )
+            rec = key, None, ctx.timestamp, ctx.headers
+        elif self.format == ValueFormat.PLAIN:
+            rec = key, raw, ctx.timestamp, ctx.headers
+        else:
+            fmt = self.format
+            value, ts, headers = codecs.split_value(fmt, raw)
+            rec = (
+                key,
+                value,
+                ctx.timestamp if ts is None else ts,
+                headers if fmt.has_headers else ctx.headers,
+            )
+        ts = rec[2]
+        if type(ts) is not int or not -1 <= ts <= LONG_MAX or type(rec[3]) is not bytes:
+            return check_record(*rec)
+        return rec
 
 
 class ChangeLoggingKeyValueBytesStore(_ChangeLogging):
@@ -104,26 +118,30 @@ class ChangeLoggingKeyValueBytesStore(_ChangeLogging):
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write to the store, then log the write."""
+        record = self._record(key, value)
         self.inner.put(key, value)
-        self.changelog.append(*self._record(key, value))
+        self.changelog.append(*record)
 
     def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Write every pair to the store, then log them in one append."""
         pairs = list(entries)
+        records = [self._record(k, v) for k, v in pairs]
         self.inner.put_all(pairs)
-        self.changelog.append_many([self._record(k, v) for k, v in pairs])
+        self.changelog.append_many(records)
 
     def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
         """Put only if absent; a write that happened is logged."""
+        record = self._record(key, value)
         old: bytes | None = self.inner.put_if_absent(key, value)
         if old is None:
-            self.changelog.append(*self._record(key, value))
+            self.changelog.append(*record)
         return old
 
     def delete(self, key: bytes) -> bytes | None:
         """Delete from the store and log a tombstone."""
+        record = self._record(key, None)
         old: bytes | None = self.inner.delete(key)
-        self.changelog.append(*self._record(key, None))
+        self.changelog.append(*record)
         return old
 
 
@@ -169,23 +187,27 @@ class ChangeLoggingSegmentedBytesStore(_ChangeLogging):
 
     def put_at(self, key: bytes, ts: int, value: bytes | None) -> bool:
         """Write to the store, then log the write."""
+        _, v, t, h = self._record(key, value)
         applied: bool = self.inner.put_at(key, ts, value)
-        self.changelog.append(*self._record(self._log_key(key), value))
+        self.changelog.append(self._log_key(key), v, t, h)
         return applied
 
     def put(self, key: bytes, value: bytes | None) -> bool:
         """Write to the store, then log the write."""
+        _, v, t, h = self._record(key, value)
         applied: bool = self.inner.put(key, value)
-        self.changelog.append(*self._record(self._log_key(key), value))
+        self.changelog.append(self._log_key(key), v, t, h)
         return applied
 
     def put_skipped_null(self, key: bytes, ts: int) -> None:
         """``put(key, None, ts)`` on a window store with retain_duplicates: a no-op in the
         store, logged here as a null record under ``[key][ts][next seq]`` (as Kafka)."""
+        _, v, t, h = self._record(key, None)
         self.inner.put_skipped_null(key, ts)
-        self.changelog.append(*self._record(self._log_key(key + _QI.pack(ts, 0)), None))
+        self.changelog.append(self._log_key(key + _QI.pack(ts, 0)), v, t, h)
 
     def remove(self, key: bytes) -> None:
         """Remove from the store and log a tombstone."""
+        record = self._record(key, None)
         self.inner.remove(key)
-        self.changelog.append(*self._record(key, None))
+        self.changelog.append(*record)

@@ -485,6 +485,8 @@ class Task:
         self._check_running()
         partial = self._partial
         entries = self._entries
+        for entry in entries.values():  # refused before anything is undone
+            entry.log.check_writable()
         if partial is not None:
             for name in sorted(partial.done):
                 entries[name].log.rollback_last_commit()
