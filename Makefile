@@ -1,16 +1,18 @@
 # txstore: the two commands a new machine needs.
 #   make test   set up .venv (package + C extension + every extra the tests need), lint, type-check, test
 #   make demo   the same set-up, then the main job
+#   make docs   the documentation site (MkDocs Material + API reference) into site/, strictly
 #   make bench  every benchmark in perf/ (--quick), with the bench extra (Quix Streams...)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.txstore-installed
-# The tests need dev (pytest, mypy, ruff, build), spark and plot (the crash harness's chart).
-EXTRAS ?= dev,spark,plot
+# The tests need dev (pytest, mypy, ruff, build), spark, plot (the crash harness's chart) and
+# docs (tests/test_docs_site.py builds the site).
+EXTRAS ?= dev,spark,plot,docs
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint typecheck pytest demo bench bench-full clean
+.PHONY: setup test lint typecheck pytest demo docs bench bench-full clean
 
 $(STAMP): pyproject.toml setup.py MANIFEST.in csrc/txcodecs.c csrc/txcodecs.h csrc/build_ffi.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+"; exit 1; }
@@ -43,6 +45,11 @@ test: lint typecheck pytest
 
 demo: $(STAMP)
 	$(PY) -m txstore demo
+
+# mkdocs.yml: the pages of docs/ and the API reference generated from the docstrings; any
+# warning (broken link or anchor, unknown cross-reference) fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 BENCHES ?= codecs kv window changelog restore queries spark
 

@@ -310,6 +310,11 @@ class StaticAssignment:
         return a
 
     def join(self, application_id: str, host: HostInfo, store_names: Sequence[str]) -> None:
+        """Remember this instance (``all_local``: assign every partition to ``host``).
+
+        Writes nothing. Raises :class:`~txstore.errors.InvalidArgumentError` if the assignment
+        names another ``application_id``.
+        """
         self._host = host
         self._app_id = application_id
         if self._local_partitions is not None:
@@ -326,9 +331,13 @@ class StaticAssignment:
             )
 
     def heartbeat(self) -> None:
-        pass
+        """Nothing to do: a static assignment does not track liveness."""
 
     def current(self) -> Assignment:
+        """The assignment; from a file, re-read when its modification time, size or inode
+        changed (one ``stat`` otherwise). A file that cannot be read or does not validate
+        (being edited, a bad edit) is logged and the last good assignment kept: never raises.
+        """
         if self.path is not None:
             try:
                 st = os.stat(self.path)
@@ -342,7 +351,7 @@ class StaticAssignment:
         return self._current
 
     def leave(self) -> None:
-        pass
+        """Nothing to do: the assignment does not change when an instance stops."""
 
     def __repr__(self) -> str:
         where = str(self.path) if self.path is not None else "<dict>"
@@ -388,6 +397,13 @@ class RegistryMembership:
         return self._root / f"{safe}.json"
 
     def join(self, application_id: str, host: HostInfo, store_names: Sequence[str]) -> None:
+        """Register: write this member's file, ``<directory>/<application_id>/<host>_<port>.json``
+        (``host``, ``store_names``, the pid and the partition count), atomically (temporary
+        file, fsync, rename).
+
+        Raises :class:`~txstore.errors.InvalidArgumentError` if ``host`` has no real port
+        (``localhost:0``), :class:`~txstore.errors.StorageError` if the file cannot be written.
+        """
         if host.port <= 0:
             raise InvalidArgumentError(
                 f"a registry member needs a real port in its application_server, got {host}"
@@ -407,6 +423,8 @@ class RegistryMembership:
             raise StorageError(f"cannot register in {str(self._root)!r}: {exc}") from exc
 
     def heartbeat(self) -> None:
+        """Touch this member's file (one ``utime``), rewriting it if it was removed; a no-op
+        before :meth:`join` or after :meth:`leave`."""
         if self._file is None:
             return
         try:
@@ -455,6 +473,14 @@ class RegistryMembership:
         return sorted(found)
 
     def current(self) -> Assignment:
+        """The assignment computed from the live members: those whose file is younger than
+        ``session_timeout`` and has the same partition count. Partitions are spread by
+        :func:`balanced`, standbys go to the next-ranked members.
+
+        O(M + P x M log M) for M members and P partitions: one directory scan, a file read
+        only for a member file that is new or replaced. Raises
+        :class:`~txstore.errors.InvalidArgumentError` before :meth:`join`.
+        """
         if self._root is None:
             raise InvalidArgumentError("join() first")
         members = self._members()
@@ -479,6 +505,8 @@ class RegistryMembership:
         return a
 
     def leave(self) -> None:
+        """Deregister: remove this member's file, so the others reassign its partitions at
+        their next refresh; idempotent."""
         f, self._file = self._file, None
         if f is not None:
             with contextlib.suppress(FileNotFoundError):

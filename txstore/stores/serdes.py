@@ -45,11 +45,25 @@ class Serde(Protocol[T]):
     """What a store needs of a serde: a stable ``name`` and the two conversions."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The serde's registered name (see :func:`register_serde`), recorded in a store's
+        metadata: ``"string"``, ``"long"``..."""
+        ...
 
-    def serialize(self, value: T | None) -> bytes | None: ...
+    def serialize(self, value: T | None) -> bytes | None:
+        """``value`` as bytes; ``None`` gives ``None`` (a delete, in a store).
 
-    def deserialize(self, data: bytes | None) -> T | None: ...
+        The built-in serdes raise :class:`~txstore.errors.InvalidTypeError` for a value of the
+        wrong type and :class:`~txstore.errors.InvalidArgumentError` for one that does not fit
+        (an int outside 32 bits for :meth:`Serdes.integer`...).
+        """
+        ...
+
+    def deserialize(self, data: bytes | None) -> T | None:
+        """The value ``data`` holds; ``None`` gives ``None``. The built-in serdes raise
+        :class:`~txstore.errors.SerializationError` for bytes they cannot decode (wrong
+        length, invalid UTF-8 or JSON)."""
+        ...
 
 
 class _FixedSerde(Generic[T]):
