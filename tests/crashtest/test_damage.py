@@ -201,6 +201,33 @@ def test_a_child_killed_by_a_signal_is_classified_signal(
     assert not Path(p.dir, "trial-0000").exists()
 
 
+_RAISING_CHILD = """
+import json, pickle, sys
+error = {"type": "KeyError", "module": "builtins", "typed": False, "message": "'x'",
+         "where": "txstore/somewhere.py:12 in f", "traceback": ""}
+result = {"outcome": {"ok": False, "error": error, "phase": "reopen"}, "before": None,
+          "before_error": None, "after": None, "after_error": None}
+with open(sys.argv[2], "wb") as f:
+    pickle.dump(result, f)
+"""
+
+
+def test_an_exception_that_is_no_txstore_error_is_untyped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, model = _partition(tmp_path)
+    module = tmp_path / "mods" / "raising_child.py"
+    module.parent.mkdir()
+    module.write_text(_RAISING_CHILD)
+    monkeypatch.syspath_prepend(str(module.parent))
+    p = _pass(tmp_path, config, "raising_child")
+    p.after_kill(0, "random")
+    p.run_pending(0, model, {})
+    (trial,) = p.trials
+    assert (trial.outcome, trial.error_type, trial.phase) == ("untyped", "KeyError", "reopen")
+    assert trial.note == "not a TxStoreError, raised at txstore/somewhere.py:12 in f"
+
+
 def test_an_undamaged_looking_trial_is_exact(tmp_path: Path) -> None:
     """A trial whose damaged file is put back reopens exactly: the classification's base
     case, and the rule's (the reopen of an undamaged copy changes no healthy file)."""

@@ -20,8 +20,11 @@ classification of differences), :mod:`~txstore.crashtest.writer` and
 :mod:`~txstore.crashtest.plan` (the kill loop), :mod:`~txstore.crashtest.report` and
 :mod:`~txstore.crashtest.plot` (output), :mod:`~txstore.crashtest.wipe` (recovery versus
 wipe-and-replay, its steps in :mod:`~txstore.crashtest.wipe_steps`), and
-:mod:`~txstore.crashtest.replay` (the command line that replays a run). The modules run as
-child processes (``writer``, ``reader``, ``wipe_steps``) are not imported by this package.
+:mod:`~txstore.crashtest.replay` (the command line that replays a run), and the damage
+trials of ``--damage N``: :mod:`~txstore.crashtest.damage` (which files, which damage),
+:mod:`~txstore.crashtest.damage_pass` (copy, damage, reopen, classify, the healthy-store
+rule) and :mod:`~txstore.crashtest.damage_report`. The modules run as child processes
+(``writer``, ``reader``, ``wipe_steps``, ``damage_child``) are not imported by this package.
 
 May import: ``txstore.runtime`` and below; matplotlib only inside
 :func:`~txstore.crashtest.plot.plot_report` (optional). Never ``txstore.queries``,

@@ -315,15 +315,17 @@ class DamagePass:
             return
         before, after = result["before"], result["after"]
         if before is None:
-            p.trial.note += (
-                f"; healthy stores unreadable before: {result['before_error']['message']}"
-            )
+            err = result["before_error"]
+            if err is not None:
+                text = f"healthy stores unreadable before the reopen: {err['message']}"
+                p.trial.note = "; ".join(filter(None, [p.trial.note, text]))
             return
         if after is None:
             err = result["after_error"]
-            p.trial.healthy_changed.append(
-                f"healthy stores unreadable after the reopen: {err['type']}: {err['message']}"
-            )
+            if err is not None:
+                p.trial.healthy_changed.append(
+                    f"healthy stores unreadable after the reopen: {err['type']}: {err['message']}"
+                )
             return
         specs = {s.name: s for s in self.workload.stores()}
         for name in p.lmdb_healthy:
