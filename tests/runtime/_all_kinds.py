@@ -128,10 +128,18 @@ class FailingWrite:
     and the write of the rest fails with ``err`` (a full disk); every other call is the real
     one. This injects a failing write, nothing else: the files are real."""
 
-    def __init__(self, task: Task, store: str, nth: int = 2, err: int = errno.ENOSPC) -> None:
+    def __init__(
+        self,
+        task: Task,
+        store: str,
+        nth: int = 2,
+        err: int = errno.ENOSPC,
+        raising: BaseException | None = None,
+    ) -> None:
         self.log = changelog(task, store)
         self.nth = nth
         self.err = err
+        self.raising = raising  # raised instead of the OSError (an interruption)
         self.calls = 0
         self._writev, self._write = os.writev, os.write
 
@@ -159,8 +167,12 @@ class FailingWrite:
 
     def write(self, fd: int, data: bytes) -> int:
         if fd == self.log._fd and self.fired:
-            raise OSError(self.err, os.strerror(self.err))
+            raise self.raising or OSError(self.err, os.strerror(self.err))
         return self._write(fd, data)
+
+
+class Interrupted(BaseException):
+    """Stands for KeyboardInterrupt and its like: not an error of the file system."""
 
 
 def main(argv: list[str]) -> None:

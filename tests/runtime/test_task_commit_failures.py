@@ -33,7 +33,15 @@ import lmdb
 import pytest
 
 from tests._children import run_child
-from tests.runtime._all_kinds import STORES, FailingWrite, changelog, open_task, process, state
+from tests.runtime._all_kinds import (
+    STORES,
+    FailingWrite,
+    Interrupted,
+    changelog,
+    open_task,
+    process,
+    state,
+)
 from txstore import faults
 from txstore.changelog.log import FileChangelog
 from txstore.errors import (
@@ -107,9 +115,9 @@ def fault_point(name: str) -> Callable[[Task], contextlib.AbstractContextManager
 
 
 def write_error(
-    store: str, nth: int
+    store: str, nth: int, raising: BaseException | None = None
 ) -> Callable[[Task], contextlib.AbstractContextManager[object]]:
-    return lambda task: FailingWrite(task, store, nth)
+    return lambda task: FailingWrite(task, store, nth, raising=raising)
 
 
 def sync_error(store: str, nth: int) -> Callable[[Task], contextlib.AbstractContextManager[object]]:
@@ -150,6 +158,7 @@ FAILURES = {
     "batch write of the 2nd changelog": write_error("dups", 1),
     "records sync of the last changelog": sync_error("views", 1),
     "marker sync of the 2nd changelog": sync_error("dups", 2),
+    "marker write of the 2nd changelog interrupted": write_error("dups", 2, Interrupted()),
 }
 
 
@@ -198,7 +207,7 @@ def scenario(path: Path, reference: Callable[[int], Any], failure: str, then: st
         run.process(pos, pos + EVERY)
         run.task.commit(pos + EVERY)
     run.process(FAILING - EVERY, FAILING)
-    with pytest.raises(TxStoreError), FAILURES[failure](run.task):
+    with pytest.raises((TxStoreError, Interrupted)), FAILURES[failure](run.task):
         run.task.commit(FAILING)
     if then == "retry":
         try:

@@ -319,7 +319,18 @@ class TransactionWriter:
                     rest = rest[n:]
         except OSError as exc:
             self._fail(exc)
+        except BaseException as exc:  # interrupted part way (KeyboardInterrupt, ...)
+            self._interrupted(exc)
+            raise
         self._written_pos += total
+
+    def _interrupted(self, exc: BaseException) -> None:
+        """Something other than an I/O error stopped a write or sync part way: what reached the
+        file is unknown, so the log refuses further writes as after an I/O error (the original
+        exception propagates)."""
+        self._broken = f"interrupted by {type(exc).__name__}"
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._committed_pos)
 
     def _fail(self, exc: OSError) -> None:
         """An I/O error while writing: undo the uncommitted tail if possible, then refuse all
@@ -383,6 +394,9 @@ class TransactionWriter:
                     fsync_dir(self.path)
         except OSError as exc:
             self._fail(exc)
+        except BaseException as exc:
+            self._interrupted(exc)
+            raise
         self._dir_dirty = False
         start = self._committed_end
         with self._state_lock:

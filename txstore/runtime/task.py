@@ -68,6 +68,7 @@ from txstore.changelog.coordination import (
     RecoveryPlan,
     commit_metadata,
     plan_recovery,
+    read_commit_metadata,
 )
 from txstore.changelog.layer import (
     RecordContext,
@@ -230,12 +231,9 @@ class Task:
         options.update(self._changelog_options)
         # Scanned now (damage raises before anything is written), repaired by initialize()
         # once every changelog of the task was checked.
+        options["repair"] = False
         return FileChangelog(
-            self.path / "changelog" / name,
-            cleanup_policy=policy,
-            fsync=self.sync,
-            repair=False,
-            **options,
+            self.path / "changelog" / name, cleanup_policy=policy, fsync=self.sync, **options
         )
 
     def _check_created(self) -> None:
@@ -413,31 +411,35 @@ class Task:
         position = self._check_position(input_position)
         entries = [self._entries[n] for n in sorted(self._entries)]
         names = [e.name for e in entries]
+        seq = self._seq + 1
+        # Which changelogs hold this commit already is read from them, not remembered: a
+        # changelog never gets a sequence number twice, however the last attempt ended.
+        done = {e.name for e in entries if _last_seq(e.log) >= seq}
         partial = self._partial
-        if partial is not None:
+        if partial is not None or done:
+            partial = partial or _PartialCommit(seq, -1, names)
+            partial.done = done
             self._check_resumable(partial, position, entries)
-        else:
-            partial = _PartialCommit(self._seq + 1, position, names)
-        todo = [e for e in entries if e.name not in partial.done]
+        todo = [e for e in entries if e.name not in done]
         for entry in todo:  # refused before anything is written
             entry.log.check_writable()
-        metadata = commit_metadata(partial.seq, names)
+        metadata = commit_metadata(seq, names)
         try:
             faults.point("task.before_changelog_commit")
             for i, entry in enumerate(todo):
                 entry.log.commit(position, metadata)
-                partial.done.add(entry.name)
                 if i < len(todo) - 1:
                     faults.point("task.between_changelog_commits")
         except BaseException:
-            if partial.done:  # some changelogs hold this commit: never commit it again
-                partial.ends = {e.name: e.log.end_offset for e in entries}
-                self._partial = partial
+            held = {e.name for e in entries if _last_seq(e.log) >= seq}
+            if held:  # some changelogs hold this commit: it is finished or undone, never redone
+                ends = {e.name: e.log.end_offset for e in entries}
+                self._partial = _PartialCommit(seq, position, names, held, ends)
             raise
         # Every changelog holds the commit: it is durable (recovery replays what the stores
         # miss), whatever happens to the store commit below.
         self._partial = None
-        self._seq = partial.seq
+        self._seq = seq
         self._input_position = position
         faults.point("task.after_changelog_commit")
         self.db.partition.commit_stores({e.name: e.log.committed_end_offset for e in entries})
@@ -483,15 +485,13 @@ class Task:
         Raises :class:`~txstore.errors.StorageError` if a changelog that must roll back hit an
         I/O error: close the task then, its recovery does the same on reopening."""
         self._check_running()
-        partial = self._partial
         entries = self._entries
         for entry in entries.values():  # refused before anything is undone
             entry.log.check_writable()
-        if partial is not None:
-            for name in sorted(partial.done):
+        for name in sorted(entries):  # a commit that failed after some changelogs got it
+            if _last_seq(entries[name].log) > self._seq:
                 entries[name].log.rollback_last_commit()
-                partial.done.discard(name)
-            self._partial = None
+        self._partial = None
         for entry in entries.values():
             entry.log.abort()
             entry.raw.recover(entry.log.committed_end_offset)
@@ -544,6 +544,11 @@ class Task:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _last_seq(log: FileChangelog) -> int:
+    """The task commit sequence number of the changelog's last commit (0: none)."""
+    return read_commit_metadata(log.last_committed_metadata)[0]
 
 
 def _check_not_ahead(entry: _Entry, end: int, plan: RecoveryPlan | None = None) -> None:
