@@ -38,9 +38,9 @@ __all__ = [
 K = TypeVar("K")
 V = TypeVar("V")
 
-#: Kafka's ``ConsumerRecord.NO_TIMESTAMP``: the surrogate timestamp given to values that
-#: never had one (plain values upgraded to a timestamped format).
 NO_TIMESTAMP = -1
+"""Kafka's ``ConsumerRecord.NO_TIMESTAMP``: the surrogate timestamp given to values that never
+had one (plain values upgraded to a timestamped format)."""
 
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
@@ -62,7 +62,9 @@ class Header(NamedTuple):
     """One record header: a text key and a bytes value, which may be ``None``."""
 
     key: str
+    """The header's name (several headers may share one)."""
     value: bytes | None
+    """The header's bytes; ``None`` is a header without a value."""
 
 
 #: Makes a :class:`Header` of a ``(key, value)`` pair in C (``Header(key, value)`` runs
@@ -89,10 +91,10 @@ class Headers:
 
     __slots__ = ("_headers", "pairs")
 
-    #: The ``(key, value)`` pairs, in a list that is never changed (a list, as decoders build
-    #: one: making it a tuple would cost a copy). Read it, never change it: the codecs encode
-    #: from it and :meth:`from_pairs` hands a decoder's list over as it is.
     pairs: list[tuple[str, bytes | None]]
+    """The ``(key, value)`` pairs, in a list that is never changed (a list, as decoders build
+    one: making it a tuple would cost a copy). Read it, never change it: the codecs encode from
+    it and :meth:`from_pairs` hands a decoder's list over as it is."""
     # _headers: the same as Header tuples, once made (_as_headers).
     _headers: tuple[Header, ...]
 
@@ -198,7 +200,10 @@ class ValueAndTimestamp(Generic[V]):
     """A value with its timestamp (KIP-258); stored as ``[ts 8 BE][value]``."""
 
     value: V
+    """The value."""
     timestamp: int
+    """Epoch milliseconds of the record the value came from (:data:`NO_TIMESTAMP` for a value
+    upgraded from a plain store)."""
 
     @classmethod
     def make(cls, value: V | None, timestamp: int) -> ValueAndTimestamp[V] | None:
@@ -232,8 +237,11 @@ class ValueTimestampHeaders(Generic[V]):
     """
 
     value: V
+    """The value."""
     timestamp: int
+    """Epoch milliseconds of the record the value came from."""
     headers: Headers = EMPTY_HEADERS
+    """The record's headers (empty by default)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.headers, Headers):
@@ -270,7 +278,9 @@ class ValueAndHeaders(Generic[V]):
     """
 
     value: V
+    """The value."""
     headers: Headers = EMPTY_HEADERS
+    """The record's headers (empty by default)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.headers, Headers):
@@ -309,7 +319,9 @@ class AggregationWithHeaders(Generic[V]):
     """A session aggregation with headers (KIP-1271): ``[varint headersSize][headers][agg]``."""
 
     aggregation: V
+    """The session's aggregated value."""
     headers: Headers = EMPTY_HEADERS
+    """The record's headers (empty by default)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.headers, Headers):
@@ -344,7 +356,9 @@ class TimeWindow:
     """
 
     start: int
+    """Inclusive start, epoch milliseconds (>= 0)."""
     end: int
+    """Exclusive end, epoch milliseconds (> start)."""
 
     def __post_init__(self) -> None:
         _check_window(self.start, self.end)
@@ -364,7 +378,9 @@ class SessionWindow:
     """A session window ``[start, end]``, both inclusive; ``start == end`` is allowed."""
 
     start: int
+    """Epoch milliseconds of the session's first record (>= 0)."""
     end: int
+    """Epoch milliseconds of its last record (>= start)."""
 
     def __post_init__(self) -> None:
         _check_window(self.start, self.end)
@@ -384,11 +400,16 @@ class Windowed(Generic[K]):
     """A key together with the window it belongs to."""
 
     key: K
+    """The record key."""
     window: TimeWindow | SessionWindow
+    """The window it belongs to: a :class:`TimeWindow` (window stores) or a :class:`SessionWindow`
+    (session stores)."""
 
 
 class KeyValue(NamedTuple, Generic[K, V]):
     """A key-value pair, as iterators return them."""
 
     key: K
+    """The key (a window store's single-key iterators: the window start)."""
     value: V
+    """The value."""

@@ -57,9 +57,16 @@ class Provider(Protocol):
     generation they were resolved at)."""
 
     @property
-    def generation(self) -> int: ...
+    def generation(self) -> int:
+        """A number that changes whenever the hosted partitions or the states change."""
+        ...
 
-    def resolve_readers(self, params: StoreQueryParameters) -> tuple[int, Resolved]: ...
+    def resolve_readers(self, params: StoreQueryParameters) -> tuple[int, Resolved]:
+        """The readers of the partitions ``params`` selects, with the generation they were
+        resolved at; raises the interactive-query errors
+        (:class:`~txstore.errors.InvalidStateStoreError` and its subclasses) when the store
+        cannot be queried now."""
+        ...
 
 
 class _Base:

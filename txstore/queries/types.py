@@ -166,10 +166,15 @@ class QueryableStoreType:
     """
 
     name: str
+    """The Python name (``key_value_store``...)."""
     kind: str
+    """``"key_value"``, ``"window"`` or ``"session"``."""
     format: ValueFormat
+    """The value format queries return."""
     accepted: frozenset[ValueFormat]
+    """The store formats this type can query."""
     java_name: str
+    """Kafka's name (``QueryableStoreTypes.keyValueStore()``...)."""
 
     def accepts(self, store: object) -> bool:
         """Whether a typed store (or a ``(kind, format)`` pair) can be queried as this type."""
@@ -355,10 +360,15 @@ class StoreQueryParameters:
     """
 
     store_name: str
+    """The store to query."""
     queryable_store_type: QueryableStoreType
+    """What the query expects the store to be (:class:`QueryableStoreTypes`)."""
     partition: int | None = None
+    """Only this partition (``None``: all hosted ones)."""
     stale_stores: bool = False
+    """Whether standby replicas and restoring partitions may answer."""
     read_committed: bool = False
+    """Whether reads see committed data only."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.store_name, str) or not self.store_name:
@@ -410,7 +420,9 @@ class HostInfo:
     hosts."""
 
     host: str
+    """Host name or address."""
     port: int
+    """Port of the instance's query service."""
 
     UNAVAILABLE: ClassVar[HostInfo]
 
@@ -445,7 +457,9 @@ class TopicPartition(NamedTuple):
     """A partition of the application's source topic."""
 
     topic: str
+    """The source topic."""
     partition: int
+    """The partition number."""
 
 
 @dataclass(frozen=True)
@@ -454,10 +468,15 @@ class StreamsMetadata:
     partitions it hosts as active, and those it hosts as standby."""
 
     host_info: HostInfo
+    """The instance's address."""
     state_store_names: frozenset[str] = field(default_factory=frozenset)
+    """Stores it hosts as active."""
     topic_partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    """Partitions it hosts as active."""
     standby_state_store_names: frozenset[str] = field(default_factory=frozenset)
+    """Stores it hosts as standby."""
     standby_topic_partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    """Partitions it hosts as standby."""
 
     @property
     def host(self) -> str:
@@ -508,8 +527,11 @@ class KeyQueryMetadata:
     and the partition. :attr:`NOT_AVAILABLE` when the metadata is not known yet."""
 
     active_host: HostInfo
+    """The instance that owns the key's partition."""
     standby_hosts: frozenset[HostInfo]
+    """Instances with a standby of it."""
     partition: int
+    """The key's partition."""
 
     NOT_AVAILABLE: ClassVar[KeyQueryMetadata]
 

@@ -56,15 +56,25 @@ class Materialized:
     """
 
     name: str
+    """The store's name."""
     key_serde: Serde[Any] | None = None
+    """Serde of the key inside the window (``None``: bytes)."""
     value_serde: Serde[Any] | None = None
+    """Serde of the values (``None``: bytes)."""
     retention: int | _dt.timedelta | None = None
+    """How long windows or sessions are kept, in milliseconds (required)."""
     window_size: int | _dt.timedelta | None = None
+    """A windowed table's window size in milliseconds (required there; none for sessions)."""
     segment_interval: int | _dt.timedelta | None = None
+    """Segment interval in milliseconds (required: Kafka's default depends on the store)."""
     format: ValueFormat | None = None
+    """The value format (required: a topic does not say which one its store used)."""
     retain_duplicates: bool = False
+    """Window stores: keep every record of a ``(key, window)``."""
     persistent: bool = True
+    """``False`` for an in-memory store."""
     transactional: bool = True
+    """Whether writes are buffered until a commit (KIP-892)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -191,6 +201,15 @@ def _missing(fn: str, name: str, reasons: list[str]) -> InvalidArgumentError:
 def window_builder(
     materialized: object, window_size: int | _dt.timedelta | None
 ) -> WindowStoreBuilder[Any, Any]:
+    """The window store builder ``windowed_table`` materializes into: ``materialized`` itself
+    if it is one (its window size must match ``window_size``, when given), else one made of a
+    :class:`Materialized` (serdes default to bytes). Opens nothing.
+
+    Raises :class:`~txstore.errors.InvalidArgumentError` for a session store builder, two
+    different window sizes, or a :class:`Materialized` missing a setting a windowed topic
+    cannot provide (the message says why each is needed);
+    :class:`~txstore.errors.InvalidTypeError` for anything else.
+    """
     size = None if window_size is None else check_window_size(window_size)
     if isinstance(materialized, WindowStoreBuilder):
         have = materialized.supplier.window_size
@@ -247,6 +266,15 @@ def window_builder(
 
 
 def session_builder(materialized: object) -> SessionStoreBuilder[Any, Any]:
+    """The session store builder ``sessioned_table`` materializes into: ``materialized``
+    itself if it is one, else one made of a :class:`Materialized` (serdes default to bytes).
+    Opens nothing.
+
+    Raises :class:`~txstore.errors.InvalidArgumentError` for a window store builder, a
+    :class:`Materialized` with a window size or ``retain_duplicates``, or one missing a
+    setting (the message says why each is needed); :class:`~txstore.errors.InvalidTypeError`
+    for anything else.
+    """
     if isinstance(materialized, SessionStoreBuilder):
         return materialized
     if isinstance(materialized, WindowStoreBuilder):

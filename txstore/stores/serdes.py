@@ -77,9 +77,14 @@ class _FixedSerde(Generic[T]):
 
     @property
     def name(self) -> str:
+        """The registered name: ``"integer"``, ``"long"`` or ``"double"``."""
         return self._name
 
     def serialize(self, value: T | None) -> bytes | None:
+        """``value`` packed big-endian (``None`` gives ``None``). Raises
+        :class:`~txstore.errors.InvalidTypeError` for another type (``bool`` included; the
+        double serde takes ``int`` too), :class:`~txstore.errors.InvalidArgumentError` for
+        an int out of range."""
         if value is None:
             return None
         int_as_float = self._kind is float and isinstance(value, int)
@@ -93,6 +98,9 @@ class _FixedSerde(Generic[T]):
             raise InvalidArgumentError(f"{value!r} does not fit the {self._label} serde") from e
 
     def deserialize(self, data: bytes | None) -> T | None:
+        """The number ``data`` holds (``None`` gives ``None``). Raises
+        :class:`~txstore.errors.SerializationError` unless ``data`` has the layout's size
+        (4 or 8 bytes), with Kafka's message."""
         if data is None:
             return None
         if len(data) != self._struct.size:
@@ -112,6 +120,8 @@ class BytesSerde:
     name = "bytes"
 
     def serialize(self, value: bytes | None) -> bytes | None:
+        """``value`` itself (a ``bytearray`` or ``memoryview`` copied to ``bytes``). Raises
+        :class:`~txstore.errors.InvalidTypeError` for anything else."""
         if value is None or type(value) is bytes:
             return value
         if isinstance(value, (bytearray, memoryview)):
@@ -119,6 +129,7 @@ class BytesSerde:
         raise InvalidTypeError(f"bytes serde needs bytes, got {type(value).__name__}")
 
     def deserialize(self, data: bytes | None) -> bytes | None:
+        """``data`` itself."""
         return data
 
     def __repr__(self) -> str:
@@ -131,6 +142,9 @@ class StringSerde:
     name = "string"
 
     def serialize(self, value: str | None) -> bytes | None:
+        """``value`` in UTF-8. Raises :class:`~txstore.errors.InvalidTypeError` for a value
+        that is not a ``str``, :class:`~txstore.errors.InvalidArgumentError` for one UTF-8
+        cannot encode (a lone surrogate)."""
         if value is None:
             return None
         if not isinstance(value, str):
@@ -141,6 +155,8 @@ class StringSerde:
             raise InvalidArgumentError(f"string {value!r} cannot be encoded as UTF-8") from e
 
     def deserialize(self, data: bytes | None) -> str | None:
+        """``data`` decoded from UTF-8. Raises :class:`~txstore.errors.SerializationError`
+        for bytes that are not valid UTF-8."""
         if data is None:
             return None
         try:
@@ -162,6 +178,13 @@ class JsonSerde:
     name = "json"
 
     def serialize(self, value: Any) -> bytes | None:
+        """``value`` as compact JSON in UTF-8. Raises :class:`~txstore.errors.InvalidTypeError`
+        for a value JSON cannot represent (a ``set``, an arbitrary object). Floats ``nan`` and
+        ``inf`` are written ``NaN`` and ``Infinity``, as Python's ``json`` does.
+
+        >>> Serdes.json().serialize({"a": [1, 2.5, None]})
+        b'{"a":[1,2.5,null]}'
+        """
         if value is None:
             return None
         try:
@@ -170,6 +193,8 @@ class JsonSerde:
             raise InvalidTypeError(f"value is not JSON-serializable: {e}") from e
 
     def deserialize(self, data: bytes | None) -> Any:
+        """The JSON value ``data`` holds. Raises :class:`~txstore.errors.SerializationError`
+        for bytes that are not valid UTF-8 JSON."""
         if data is None:
             return None
         try:

@@ -60,7 +60,13 @@ Time = int | _dt.datetime
 
 
 class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
-    """The read half of a session store (what a read-committed view or a query gets)."""
+    """The read half of a session store (what a read-committed view or a query gets).
+
+    Reads only see sessions that have not expired: those ending at or after
+    ``observed_stream_time - retention_period + 1``. Iterators hold LMDB resources: close them
+    (``with`` closes them). See :class:`~txstore.stores.window.TypedSegmentedStore` for the
+    errors of every method.
+    """
 
     def _view(self, inner: Any) -> ReadOnlySessionStore[K, V]:
         return ReadOnlySessionStore(inner, self.key_serde, self.codec, self.adapter)
@@ -102,6 +108,27 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
 
         With 2 arguments (in-memory stores only), every session whose **end** is in
         ``[earliest_session_end, latest_session_end]``, ordered by end, key, start.
+
+        Times are epoch milliseconds or aware ``datetime`` objects. O(log n) per segment the
+        time range covers to start, O(1) amortized per session read: sessions of the key (or
+        range) are filtered by their start. The 2-argument form reads and sorts every segment
+        it covers whole. Raises :class:`~txstore.errors.UnsupportedOperationError` for the
+        2-argument form on a persistent store, :class:`~txstore.errors.InvalidTypeError` for
+        another number of arguments.
+
+        >>> from txstore import Serdes, SessionWindow, Stores, Windowed
+        >>> store = Stores.session_store_builder(
+        ...     Stores.in_memory_session_store("s", 60_000), Serdes.string(), Serdes.long()
+        ... ).build()
+        >>> store.put(Windowed("a", SessionWindow(0, 10)), 1)
+        >>> store.put(Windowed("b", SessionWindow(20, 30)), 2)
+        >>> with store.find_sessions("a", "b", 5, 25) as it:
+        ...     [(kv.key.key, kv.value) for kv in it]
+        [('a', 1), ('b', 2)]
+        >>> with store.find_sessions(0, 15) as it:  # by end time: in-memory stores only
+        ...     [kv.key.key for kv in it]
+        ['a']
+        >>> store.close()
         """
         return self._find(args, reverse=False)
 
@@ -119,7 +146,9 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         /,
     ) -> KeyValueIterator[Windowed[K], V]: ...
     def backward_find_sessions(self, *args: Any) -> KeyValueIterator[Windowed[K], V]:
-        """The sessions of :meth:`find_sessions` (3 or 4 arguments), in reverse order."""
+        """The sessions of :meth:`find_sessions` (3 or 4 arguments), in reverse order; same
+        cost. Raises :class:`~txstore.errors.InvalidTypeError` for 2 arguments (no store
+        offers a backward time-only search, as in Kafka)."""
         if len(args) == 2:
             raise InvalidTypeError("backward_find_sessions takes 3 or 4 arguments")
         return self._find(args, reverse=True)
@@ -151,7 +180,8 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         self, key_or_from: K | None, key_to: Any = ..., /
     ) -> KeyValueIterator[Windowed[K], V]:
         """``fetch(key)``: every unexpired session of ``key``; ``fetch(key_from, key_to)``:
-        those of a key range (``None`` is unbounded). Kafka's ``findSessions(.., 0, MAX)``."""
+        those of a key range (``None`` is unbounded). Kafka's ``findSessions(.., 0, MAX)``:
+        O(log n) per live segment to start, O(1) amortized per session."""
         if key_to is ...:
             return self._find((key_or_from, 0, _LONG_MAX), reverse=False)
         return self._find((key_or_from, key_to, 0, _LONG_MAX), reverse=False)
@@ -159,7 +189,7 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
     def backward_fetch(
         self, key_or_from: K | None, key_to: Any = ..., /
     ) -> KeyValueIterator[Windowed[K], V]:
-        """:meth:`fetch` in reverse order."""
+        """:meth:`fetch` in reverse order; same cost."""
         if key_to is ...:
             return self._find((key_or_from, 0, _LONG_MAX), reverse=True)
         return self._find((key_or_from, key_to, 0, _LONG_MAX), reverse=True)
@@ -177,7 +207,9 @@ class SessionStore(StoreControl, ReadOnlySessionStore[K, V]):
     """A typed session store: Kafka's ``SessionStore`` with snake_case names.
 
     Create one with :class:`~txstore.stores.factories.Stores` builders or
-    :meth:`txstore.Database.session_store`.
+    :meth:`txstore.Database.session_store`. Writes go to an overlay until :meth:`commit`
+    (transactional stores); one thread owns the store, other threads read through
+    :meth:`read_committed`. The module docstring maps Kafka's overloads to these methods.
     """
 
     _inner: SegmentedBytesStore
@@ -202,17 +234,27 @@ class SessionStore(StoreControl, ReadOnlySessionStore[K, V]):
 
     def put(self, session_key: Windowed[K], aggregate: V | None) -> None:
         """Put the aggregation of a session; ``None`` deletes that exact session. A session
-        whose segment has expired is dropped (counted in :attr:`dropped_records`)."""
+        whose segment has expired is dropped (counted in :attr:`dropped_records`, with Kafka's
+        warning logged). O(1) amortized into the overlay (transactional), or one LMDB write
+        transaction (not).
+
+        Raises :class:`~txstore.errors.InvalidArgumentError` for a ``None`` session key or
+        key, :class:`~txstore.errors.InvalidTypeError` if ``session_key`` is not a
+        :class:`~txstore.types.Windowed` of a :class:`~txstore.types.SessionWindow`,
+        :class:`~txstore.errors.ReadOnlyError` on a read-only partition.
+        """
         raw_key, end = self._session_key(session_key)
         self._inner.put_at(raw_key, end, self._encode(aggregate))
 
     def remove(self, session_key: Windowed[K]) -> None:
-        """Delete exactly this session (no expiry check, as Kafka's ``remove``)."""
+        """Delete exactly this session (no expiry check, as Kafka's ``remove``). Cost and
+        errors as :meth:`put`."""
         raw_key, _ = self._session_key(session_key)
         self._inner.remove(raw_key)
 
     def read_committed(self) -> ReadOnlySessionStore[K, V]:
-        """A read-only view of committed data, usable from other threads."""
+        """A read-only view of committed data (KIP-892's read-committed isolation), usable
+        from other threads while this store writes and commits. O(1); close it when done."""
         return self._view(self._inner.read_committed())
 
     def __enter__(self) -> SessionStore[K, V]:

@@ -150,9 +150,11 @@ class DecodedIterator(_Compress, KeyValueIterator[K, V]):
         __enter__ = compress.__iter__  # returns the iterator itself, in C
 
     def has_next(self) -> bool:
+        """Whether another pair follows (``False`` once the store is closed). O(1)."""
         return self.store.is_open and bool(self.items_iter.__length_hint__() > 0)
 
     def peek_next_key(self) -> K | None:
+        """The next key without consuming it, or ``None`` at the end. O(1)."""
         if not self.has_next():
             return None
         items = self.items
@@ -160,6 +162,7 @@ class DecodedIterator(_Compress, KeyValueIterator[K, V]):
         return key
 
     def close(self) -> None:
+        """Drop the pairs not yet read; idempotent. O(1)."""
         self.items.clear()
 
     if TYPE_CHECKING:
@@ -185,7 +188,14 @@ def decoded_iterator(items: list[Any], store: SegmentedStoreState) -> DecodedIte
 class TypedSegmentedStore(Generic[K, V]):
     """What typed window and session stores share: serdes, value codec, adapter, and the
     transaction methods over a :class:`~txstore.bytestores.segments.SegmentedBytesStore` (or its
-    read-committed view, for the read-only variants)."""
+    read-committed view, for the read-only variants).
+
+    Errors of every read and write: :class:`~txstore.errors.StoreClosedError` once closed;
+    :class:`~txstore.errors.InvalidArgumentError` for a ``None`` key, a key too long for LMDB
+    with its window suffix, a time outside Java's long range or a naive ``datetime``;
+    :class:`~txstore.errors.InvalidTypeError` for a time of another type or a wrong number of
+    arguments; the serdes' own errors (:class:`~txstore.errors.SerializationError`...).
+    """
 
     _inner: Any
 
@@ -300,12 +310,12 @@ class TypedSegmentedStore(Generic[K, V]):
 
     def snapshot(self) -> Any:
         """A read-only view where every read sees one committed state (data and offset);
-        close it soon, it pins LMDB pages."""
+        close it soon, it pins LMDB pages. O(1): one LMDB read transaction."""
         return self._view(self._inner.snapshot())
 
     def close(self) -> None:
         """Close the store (a view: its iterators and snapshot); idempotent. A store's
-        uncommitted writes are lost."""
+        uncommitted writes are lost. O(open iterators)."""
         self._inner.close()
 
     def __enter__(self) -> Any:
@@ -326,17 +336,20 @@ class StoreControl:
 
     @property
     def bytes_store(self) -> SegmentedBytesStore:
-        """The bytes store underneath (changelog restore, tests)."""
+        """The bytes store underneath (changelog restore, tests). O(1)."""
         return self._inner
 
     @property
     def dropped_records(self) -> int:
-        """Records dropped because their segment (in-memory: their time) had expired."""
+        """Records dropped because their segment (in-memory: their time) had expired. O(1)."""
         return self._inner.dropped_records
 
     def commit(self, changelog_offset: int) -> None:
         """Make buffered writes and segment drops durable with ``changelog_offset``, in one
-        LMDB transaction. An offset below the committed one raises ``OffsetError``."""
+        LMDB transaction: O(uncommitted writes) plus one fsync. Raises
+        :class:`~txstore.errors.OffsetError` for an offset below the committed one,
+        :class:`~txstore.errors.ReadOnlyError` on a read-only partition,
+        :class:`~txstore.errors.StorageError` if LMDB fails (nothing committed)."""
         self._inner.commit(changelog_offset)
 
     def recover(self, offset: int) -> bool:
@@ -345,22 +358,27 @@ class StoreControl:
         return self._inner.recover(offset)
 
     def approximate_num_uncommitted_bytes(self) -> int:
-        """Approximate size of the buffered, uncommitted writes."""
+        """Approximate size in bytes of the buffered, uncommitted writes. O(1)."""
         return self._inner.approximate_num_uncommitted_bytes()
 
     @property
     def transactional(self) -> bool:
-        """Whether writes are buffered until :meth:`commit`."""
+        """Whether writes are buffered until :meth:`commit`. O(1)."""
         return self._inner.transactional
 
     @property
     def is_open(self) -> bool:
-        """Whether the store can be used."""
+        """Whether the store can be used (``False`` once closed). O(1)."""
         return self._inner.is_open
 
 
 class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
-    """The read half of a window store (what a read-committed view or a query gets)."""
+    """The read half of a window store (what a read-committed view or a query gets).
+
+    Reads see the windows that have not expired (start at or after ``observed_stream_time -
+    retention_period + 1``). Close iterators (``with`` does): they hold LMDB resources. Errors:
+    see :class:`TypedSegmentedStore`.
+    """
 
     def __init__(
         self,
@@ -419,8 +437,12 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         """``fetch(key, time)``: the value of the window of ``key`` starting at ``time``, or
         None. ``fetch(key, time_from, time_to)``: the windows of ``key`` starting in
         ``[time_from, time_to]``, by start time. ``fetch(key_from, key_to, time_from,
-        time_to)``: the windows of a key range, segment by segment and by key within one.
-        O(log n) per segment to start, O(1) amortized per window."""
+        time_to)``: the windows of a key range, segment by segment and by key within one
+        (``None`` is unbounded; ``key_from > key_to`` is empty and logs Kafka's warning).
+
+        Times are epoch milliseconds or aware ``datetime`` objects. ``fetch(key, time)`` is
+        O(log n); the iterators O(log n) per segment in the time range to start, O(1)
+        amortized per window. The module docstring has examples."""
         # Positional parameters rather than ``*args``: the single-key fetch, the common case,
         # then costs one plain call into ``_fetch_key`` (0.3 us less than through a tuple).
         if d is _NO and c is not _NO and self._rows_fast:
@@ -444,7 +466,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         /,
     ) -> KeyValueIterator[Windowed[K], V]: ...
     def backward_fetch(self, *args: Any) -> Any:
-        """The windows of :meth:`fetch` (3 or 4 arguments), in reverse order."""
+        """The windows of :meth:`fetch` (3 or 4 arguments), in reverse order; same cost."""
         return self._fetch(args, reverse=True)
 
     def _fetch_one(self, key: K, time: int) -> V | None:
@@ -530,23 +552,26 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
     def fetch_all(
         self, time_from: int | _dt.datetime, time_to: int | _dt.datetime
     ) -> KeyValueIterator[Windowed[K], V]:
-        """Every key's windows starting in ``[time_from, time_to]``."""
+        """Every key's windows starting in ``[time_from, time_to]``, segment by segment and by
+        key within one. O(rows of the segments the time range covers): each row is read and
+        filtered by its start time."""
         t0, t1 = to_millis("time_from", time_from), to_millis("time_to", time_to)
         return self._ranged(self._inner.fetch_all(t0, t1))
 
     def backward_fetch_all(
         self, time_from: int | _dt.datetime, time_to: int | _dt.datetime
     ) -> KeyValueIterator[Windowed[K], V]:
-        """:meth:`fetch_all` in reverse order."""
+        """:meth:`fetch_all` in reverse order; same cost."""
         t0, t1 = to_millis("time_from", time_from), to_millis("time_to", time_to)
         return self._ranged(self._inner.fetch_all(t0, t1, reverse=True))
 
     def all(self) -> KeyValueIterator[Windowed[K], V]:
-        """Every unexpired window."""
+        """Every unexpired window, segment by segment and by key, start within one. O(n), in
+        chunks (close the iterator)."""
         return self._ranged(self._inner.all())
 
     def backward_all(self) -> KeyValueIterator[Windowed[K], V]:
-        """Every unexpired window, in reverse order."""
+        """Every unexpired window, in reverse order; same cost as :meth:`all`."""
         return self._ranged(self._inner.all(reverse=True))
 
 
@@ -563,6 +588,10 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
     ``(key, window)`` under its own sequence number (1, 2, ... wrapping at 2^31 - 1, reset on
     reopen, as Kafka's), and makes ``put(key, None, t)`` a no-op; without it a put overwrites
     the window and ``put(key, None, t)`` deletes it.
+
+    Writes go to an overlay until :meth:`commit` (transactional stores); one thread owns the
+    store, other threads read through :meth:`read_committed`. The module docstring has an
+    example.
     """
 
     def __init__(
@@ -581,8 +610,15 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
     def put(self, key: K, value: V | None, window_start_timestamp: int) -> None:
         """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``.
 
-        A record whose segment has expired is dropped (counted in :attr:`dropped_records`).
-        O(1) into the overlay (transactional) or one LMDB write (not)."""
+        ``None`` deletes the window (a no-op with ``retain_duplicates``). A record whose
+        segment has expired is dropped (counted in :attr:`dropped_records`, with Kafka's
+        warning logged). O(1) amortized into the overlay (transactional; the first write into a
+        new segment creates it, and one that expires segments stages their drop), or one LMDB
+        write transaction (not transactional). Raises
+        :class:`~txstore.errors.InvalidArgumentError` for a negative timestamp,
+        :class:`~txstore.errors.ReadOnlyError` on a read-only partition, and the errors of
+        :class:`TypedSegmentedStore`.
+        """
         kb = self._key(key, 12)
         ts = check_long("window_start_timestamp", window_start_timestamp)
         raw = self._encode(value)
@@ -597,7 +633,7 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
 
     def read_committed(self) -> ReadOnlyWindowStore[K, V]:
         """A read-only view of committed data (KIP-892's read-committed isolation), usable
-        from other threads while this store writes and commits."""
+        from other threads while this store writes and commits. O(1); close it when done."""
         return self._view(self._inner.read_committed())
 
     def __enter__(self) -> WindowStore[K, V]:
