@@ -102,7 +102,12 @@ class _Base:
 
 class CompositeKeyValueIterator(Generic[K, V]):
     """Chains per-partition iterators; each step runs under the partition's close gate (and
-    guard, reading uncommitted). Close it or use it in a ``with`` block."""
+    guard, reading uncommitted). Close it or use it in a ``with`` block.
+
+    A partition that closes while it is read raises
+    :class:`~txstore.errors.StateStoreMigratedError` from the next step (and closes the
+    iterator).
+    """
 
     def __init__(
         self,
@@ -182,8 +187,20 @@ class CompositeKeyValueIterator(Generic[K, V]):
 
 
 class CompositeReadOnlyKeyValueStore(_Base, Generic[K, V]):
-    """A key-value store's local partitions as one read-only store (see the module
-    docstring)."""
+    """A key-value store's local partitions as one read-only store: what
+    :meth:`Application.store <txstore.queries.Application.store>` returns for a key-value store
+    (Kafka's ``CompositeReadOnlyKeyValueStore``).
+
+    Every operation first checks which partitions it may read (one integer comparison while
+    nothing changed; O(P log P) for P hosted partitions after a change), so a store obtained
+    before a rebalance keeps working after it. Errors: :class:`~txstore.errors.InvalidArgumentError`
+    for a ``None`` key; :class:`~txstore.errors.StreamsRebalancingError` while partitions are
+    restored; :class:`~txstore.errors.StateStoreMigratedError` when no partition can be read or
+    one closes under a read (:class:`~txstore.errors.StateStoreNotAvailableError` once the
+    application shuts down).
+    Iterators chain the partitions in partition order: key order within a partition, none
+    across partitions, as in Kafka.
+    """
 
     def get(self, key: K) -> V | None:
         """The value of ``key`` in the local partitions, or None. O(log n): one partition
@@ -215,31 +232,33 @@ class CompositeReadOnlyKeyValueStore(_Base, Generic[K, V]):
         return CompositeKeyValueIterator(self._resolve().readers, open_one)
 
     def range(self, key_from: K | None, key_to: K | None) -> CompositeKeyValueIterator[K, V]:
-        """Pairs with ``key_from <= key <= key_to`` of each partition in turn."""
+        """Pairs with ``key_from <= key <= key_to`` (``None``: unbounded) of each partition in
+        turn. O(log n) per partition to start, O(1) amortized a pair."""
         return self._chain(lambda view: view.range(key_from, key_to))
 
     def reverse_range(
         self, key_from: K | None, key_to: K | None
     ) -> CompositeKeyValueIterator[K, V]:
-        """:meth:`range`, descending within each partition."""
+        """:meth:`range`, descending within each partition; same cost."""
         return self._chain(lambda view: view.reverse_range(key_from, key_to))
 
     def all(self) -> CompositeKeyValueIterator[K, V]:
-        """Every pair of each partition in turn."""
+        """Every pair of each partition in turn: O(n) over the local partitions."""
         return self._chain(lambda view: view.all())
 
     def reverse_all(self) -> CompositeKeyValueIterator[K, V]:
-        """Every pair, descending within each partition."""
+        """Every pair, descending within each partition: O(n)."""
         return self._chain(lambda view: view.reverse_all())
 
     def prefix_scan(
         self, prefix: Any, prefix_serializer: Serde[Any]
     ) -> CompositeKeyValueIterator[K, V]:
-        """Pairs whose serialized key starts with the serialized ``prefix``."""
+        """Pairs whose serialized key starts with ``prefix_serializer.serialize(prefix)``, of
+        each partition in turn. O(log n) per partition to start, O(1) amortized a pair."""
         return self._chain(lambda view: view.prefix_scan(prefix, prefix_serializer))
 
     def approximate_num_entries(self) -> int:
-        """The sum over the local partitions, at most the largest long."""
+        """The sum of the partitions' estimates (O(1) each), at most the largest long."""
         total = 0
         for reader in self._resolve().readers:
             total += reader.call(lambda view: view.approximate_num_entries())

@@ -61,7 +61,22 @@ class _Keyed(_Base):
 
 
 class CompositeReadOnlyWindowStore(_Keyed):
-    """A window store's local partitions as one read-only window store."""
+    """A window store's local partitions as one read-only window store: what
+    :meth:`Application.store <txstore.queries.Application.store>` returns for a window store
+    (Kafka's ``CompositeReadOnlyWindowStore``). Values are converted to the queried type.
+
+    One key's operations read its partition (``route_keys``) or each local partition until one
+    has a result; key ranges and ``fetch_all``/``all`` chain every partition's iterator. Costs
+    are those of :class:`~txstore.stores.window.ReadOnlyWindowStore` per partition read.
+
+    Every operation first checks which partitions it may read (one integer comparison while
+    nothing changed; O(P log P) for P hosted partitions after a change), so a store obtained
+    before a rebalance keeps working after it. Errors: :class:`~txstore.errors.InvalidArgumentError`
+    for a ``None`` key; :class:`~txstore.errors.StreamsRebalancingError` while partitions are
+    restored; :class:`~txstore.errors.StateStoreMigratedError` when no partition can be read or
+    one closes under a read (:class:`~txstore.errors.StateStoreNotAvailableError` once the
+    application shuts down).
+    """
 
     def fetch(self, *args: Any) -> Any:
         """``fetch(key, time)`` -> value or None; ``fetch(key, time_from, time_to)`` ->
@@ -110,7 +125,22 @@ class CompositeReadOnlyWindowStore(_Keyed):
 
 
 class CompositeReadOnlySessionStore(_Keyed):
-    """A session store's local partitions as one read-only session store."""
+    """A session store's local partitions as one read-only session store: what
+    :meth:`Application.store <txstore.queries.Application.store>` returns for a session store
+    (Kafka's ``CompositeReadOnlySessionStore``).
+
+    One key's operations read its partition (``route_keys``) or each local partition until one
+    has a result; key ranges chain every partition's iterator. Costs are those of
+    :class:`~txstore.stores.session.ReadOnlySessionStore` per partition read.
+
+    Every operation first checks which partitions it may read (one integer comparison while
+    nothing changed; O(P log P) for P hosted partitions after a change), so a store obtained
+    before a rebalance keeps working after it. Errors: :class:`~txstore.errors.InvalidArgumentError`
+    for a ``None`` key; :class:`~txstore.errors.StreamsRebalancingError` while partitions are
+    restored; :class:`~txstore.errors.StateStoreMigratedError` when no partition can be read or
+    one closes under a read (:class:`~txstore.errors.StateStoreNotAvailableError` once the
+    application shuts down).
+    """
 
     def find_sessions(self, *args: Any) -> CompositeKeyValueIterator[Any, Any]:
         """``find_sessions(key, earliest_session_end, latest_session_start)`` or
