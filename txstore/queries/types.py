@@ -425,6 +425,7 @@ class HostInfo:
     """Port of the instance's query service."""
 
     UNAVAILABLE: ClassVar[HostInfo]
+    """Kafka's ``HostInfo.unavailable()``: ``("unavailable", -1)``."""
 
     @classmethod
     def parse(cls, text: str) -> HostInfo:
@@ -534,6 +535,7 @@ class KeyQueryMetadata:
     """The key's partition."""
 
     NOT_AVAILABLE: ClassVar[KeyQueryMetadata]
+    """The metadata of a key not known yet (Kafka's ``KeyQueryMetadata.NOT_AVAILABLE``)."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the HTTP API's form)."""

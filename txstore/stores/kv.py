@@ -145,8 +145,11 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
     ) -> None:
         self._inner = inner
         self.key_serde = key_serde
+        """The key serde."""
         self.codec = codec
+        """The value codec: the value serde and the format the store is used in."""
         self.stored_format = codec.format if stored_format is None else stored_format
+        """The format the bytes are kept in (another than :attr:`format` when adapted)."""
         # The value conversions of an adapted store (None: the formats are the same), resolved
         # once here rather than dispatched on the two formats for every value.
         self._from_stored: codecs.ValueConverter | None = None
