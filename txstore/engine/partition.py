@@ -131,8 +131,9 @@ class Partition(PartitionWrites):
         if self.readonly:
             if not os.path.isfile(os.path.join(data, "data.mdb")):
                 raise StorageError(
-                    f"no txstore partition at {self.path!r} (missing data/data.mdb): open it "
-                    "once without readonly=True to create it"
+                    f"no txstore partition at {self.path!r} (missing data/data.mdb): a new "
+                    "partition is created by opening it once without readonly=True; one that "
+                    "lost its data/ is restored from its changelogs by opening it as a Task"
                 )
         else:
             os.makedirs(data, exist_ok=True)
