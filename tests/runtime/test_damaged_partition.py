@@ -21,7 +21,9 @@ import txstore
 from tests import _engine_child as child
 from txstore import Serdes, SessionWindow, Stores, Windowed
 from txstore.errors import PartitionDataLostError, StorageError
+from txstore.runtime import admin
 from txstore.runtime.snapshot import snapshot_partition
+from txstore.runtime.statedir import partition_dirs
 from txstore.runtime.task import Task
 
 
@@ -149,3 +151,26 @@ def test_no_evidence_no_refusal(tmp_path: Path) -> None:
         assert db.store_names() == []
     with pytest.raises(StorageError, match=r"missing data/data\.mdb"):
         txstore.open(tmp_path / "nothing", readonly=True)  # as before
+
+
+def test_a_state_directory_lists_a_partition_that_lost_its_data(tmp_path: Path) -> None:
+    """stat, check and Spark planning list the partitions of a state directory: one that lost
+    data/ but shows it held data is listed (and refused when opened), never silently left out."""
+    for n in (0, 1):
+        with Task(tmp_path / str(n)) as task:
+            counts = task.key_value_store(
+                Stores.key_value_store_builder(
+                    Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+                )
+            )
+            task.initialize()
+            counts.put("a", n)
+            task.commit(input_position=1)
+    shutil.rmtree(tmp_path / "1" / "data")
+    (tmp_path / "2").mkdir()  # no data, no evidence: not a partition
+    assert sorted(partition_dirs(tmp_path)) == [0, 1]
+    with pytest.raises(StorageError):
+        admin.stat(tmp_path)
+    report = admin.check(tmp_path)
+    assert not report.ok
+    assert any(p.partition == 1 for p in report.problems)

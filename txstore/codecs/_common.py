@@ -57,10 +57,12 @@ class ValueFormat(IntEnum):
 
     @property
     def has_timestamp(self) -> bool:
+        """Whether values of this format carry a timestamp (``TIMESTAMPED``, ``HEADERS``)."""
         return self in (ValueFormat.TIMESTAMPED, ValueFormat.HEADERS)
 
     @property
     def has_headers(self) -> bool:
+        """Whether values of this format carry headers (``HEADERS``, ``PLAIN_HEADERS``)."""
         return self in (ValueFormat.HEADERS, ValueFormat.PLAIN_HEADERS)
 
 

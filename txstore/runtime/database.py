@@ -33,11 +33,11 @@ from txstore.engine.partition import Partition
 from txstore.errors import (
     InvalidArgumentError,
     InvalidTypeError,
-    PartitionDataLostError,
     StoreClosedError,
     UnsupportedOperationError,
 )
 from txstore.runtime.snapshot import Manifest, snapshot_partition
+from txstore.runtime.statedir import check_data_not_lost
 from txstore.runtime.transaction import Transaction
 from txstore.stores.assembly import (
     AnyStore,
@@ -60,7 +60,7 @@ from txstore.stores.serdes import Serde, Serdes
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore
 
-__all__ = ["Database", "check_data_not_lost", "open"]
+__all__ = ["Database", "open"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -444,67 +444,6 @@ class Database:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<txstore.Database {self.path!r} {state}>"
-
-
-def check_data_not_lost(path: str) -> None:
-    """Refuse a partition directory that lost its data: raise
-    :class:`~txstore.errors.PartitionDataLostError` when ``data/data.mdb`` is missing or empty
-    although the directory shows that the partition held data. Evidence of that (see
-    docs/engine.md, "Damaged and lost files"): a ``changelog/`` directory holding a file (a
-    task's changelogs), a ``spill/`` directory (a writer's spilled uncommitted writes, only ever
-    next to its data), ``manifest.json`` (a snapshot copy) or ``writer.lock`` (a writer opened
-    it, after it created ``data/``). Without this check, opening it creates an empty
-    environment and serves empty stores as if nothing had ever been written.
-
-    A :class:`~txstore.runtime.task.Task` skips it: it restores every store from its
-    changelog. Cost: one ``stat`` when the data file is there; a walk of ``changelog/`` (up to
-    its first file) only when it is not."""
-    data = os.path.join(path, "data", "data.mdb")
-    try:
-        if os.stat(data).st_size > 0:
-            return
-        missing = "data/data.mdb is empty (0 bytes)"
-    except FileNotFoundError:
-        where = "data/data.mdb" if os.path.isdir(os.path.join(path, "data")) else "data/"
-        missing = f"{where} is missing"
-    except OSError:
-        return  # unreadable: the partition's own open reports why
-    evidence: list[str] = []
-    logs = os.path.join(path, "changelog")
-    stores = sorted(
-        entry.name
-        for entry in _scandir(logs)
-        if entry.is_dir() and any(files for _, _, files in os.walk(entry.path))
-    )
-    if stores:
-        evidence.append(f"the changelogs of {', '.join(map(repr, stores))} (changelog/)")
-    if os.path.isdir(os.path.join(path, "spill")):
-        evidence.append("a writer's spill directory (spill/)")
-    if os.path.isfile(os.path.join(path, "manifest.json")):
-        evidence.append("a snapshot manifest (manifest.json)")
-    if os.path.isfile(os.path.join(path, "writer.lock")):
-        evidence.append("the lock file of a writer, created after its data (writer.lock)")
-    if not evidence:
-        return
-    if stores:
-        advice = (
-            "Open it as a txstore.runtime.task.Task, which restores every store from its "
-            "changelog; or delete the whole directory to start empty"
-        )
-    else:
-        advice = (
-            "No changelog here can restore it: put data/ back from a snapshot or backup, or "
-            "delete the whole directory to start empty"
-        )
-    raise PartitionDataLostError(path, missing, evidence, advice)
-
-
-def _scandir(path: str) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(path) as it:
-            return list(it)
-    except OSError:
-        return []
 
 
 def open(

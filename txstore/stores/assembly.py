@@ -118,7 +118,7 @@ class StoreBuilder(Protocol):
 
 
 class StoreHost(Protocol):
-    """What ``builder.build(db)`` needs of ``db``: :meth:`txstore.runtime.Database.open_store`."""
+    """What ``builder.build(db)`` needs of ``db``: :meth:`txstore.Database.open_store`."""
 
     def open_store(self, builder: StoreBuilder) -> AnyStore:
         """Open (creating on first use) the store ``builder`` describes."""
@@ -296,7 +296,7 @@ def assemble(
     Cost: for a persistent store, a few LMDB read transactions over the partition's metadata
     (plus the segment registry of a window or session store) and one write transaction when
     the store is created or upgraded; O(1) in memory. Errors: see
-    :meth:`txstore.runtime.Database.open_store`.
+    :meth:`txstore.Database.open_store`.
     """
     supplier = builder.supplier
     kind, name = supplier.kind, supplier.name
