@@ -27,7 +27,6 @@ from itertools import repeat
 from typing import NamedTuple
 
 from txstore.changelog.format import (
-    LONG_MAX,
     T_BATCH,
     Frame,
     FrameReader,
@@ -137,7 +136,6 @@ class BatchIterator:
         # Offset after the last batch read in the open file (its base offset at first): where
         # the records of the frame read next start, at or after it (for corruption errors).
         self._file_next = 0
-        self._file_end = LONG_MAX  # the open file's records are below this offset
         self._fd = -1
         self._frames: FrameReader | None = None
         self._path = ""
@@ -180,13 +178,13 @@ class BatchIterator:
         try:
             info = batch_info(frame)
             last = info.last_offset
-            if info.base_offset < self._file_next or last >= self._file_end:
+            if info.base_offset < self._file_next:
                 raise corruption(
                     self._path,
                     frame.pos,
                     self._file_next,
                     f"a record batch of offsets [{info.base_offset}, {last}] out of sequence "
-                    f"(expected offsets from {self._file_next}, below {self._file_end})",
+                    f"(expected offsets from {self._file_next} on)",
                 )
             if last < self._next:
                 self._file_next = last + 1
@@ -226,9 +224,6 @@ class BatchIterator:
                 continue
             limit = seg.limit if seg.ino == os.fstat(fd).st_ino else None
             self._fd, self._path, self._file_next = fd, seg.path, seg.base
-            # a segment's records lie below the next segment's base
-            following = self._segs[self._idx + 1 :]
-            self._file_end = following[0].base if following else LONG_MAX
             self._frames = FrameReader(fd, 0, limit)
             return True
         return False
