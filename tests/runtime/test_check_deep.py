@@ -547,7 +547,9 @@ def test_deep_check_next_to_a_committing_task_finds_nothing(tmp_path: Path) -> N
         [*child, "1000000", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
-        runs, found, offsets = 0, [], set()
+        runs = 0
+        found: list[admin.Problem] = []
+        offsets: set[int] = set()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (runs < 40 or len(offsets) < 20):
             report = admin.check(path, deep=True)
