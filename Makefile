@@ -51,7 +51,7 @@ demo: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-BENCHES ?= codecs kv window changelog restore queries spark
+BENCHES ?= codecs kv window changelog restore queries spark check
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,spark,bench]'
