@@ -50,7 +50,7 @@ def test_help_lists_every_subcommand() -> None:
                 "crashtest", "serve"):  # fmt: skip
         assert cmd in out
     for cmd in ("stat", "dump", "get", "offsets", "check", "snapshot", "export", "serve"):
-        assert "usage:" in txstore(cmd, "--help").stdout
+        assert "Usage: txstore" in txstore(cmd, "--help").stdout
 
 
 def test_stat(state: Path) -> None:

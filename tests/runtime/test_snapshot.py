@@ -248,8 +248,7 @@ def test_cli_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert [c.partition for c in read_manifest(tmp_path / "s2").partitions] == [2]
     assert cli(["snapshot", str(state / "0"), str(tmp_path / "s3")]) == 0
     assert read_manifest(tmp_path / "s3").kind == "partition"
-    assert cli(["snapshot", str(state), str(tmp_path / "s1")]) == 1
+    assert cli(["snapshot", str(state), str(tmp_path / "s1")]) == 2  # a usage error
     assert "not an empty directory" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cli(["snapshot", "--help"])
+    assert cli(["snapshot", "--help"]) == 0
     assert "manifest.json" in capsys.readouterr().out

@@ -578,6 +578,6 @@ def test_cli_export_parquet(spark: Any, state: Path, tmp_path: Path) -> None:
     assert cli(["export", str(state), str(out), "--store", "headed", "-q"]) == 0
     exported = _collect(spark.read.parquet(str(out)), "headed")
     assert sorted(exported, key=repr) == sorted(_direct(state, "headed"), key=repr)
-    assert cli(["export", str(state), str(out), "--store", "headed", "-q"]) == 1  # exists
-    assert cli(["export", str(state), str(out), "--store", "nope", "-q", "--overwrite"]) == 1
+    assert cli(["export", str(state), str(out), "--store", "headed", "-q"]) == 2  # exists
+    assert cli(["export", str(state), str(out), "--store", "nope", "-q", "--overwrite"]) == 2
     assert spark.range(3).count() == 3  # the CLI did not stop the session it did not create

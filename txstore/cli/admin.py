@@ -1,169 +1,234 @@
-"""The inspection subcommands of ``txstore``: ``stat``, ``dump``, ``get``, ``offsets``, ``check``.
+"""The inspection commands of ``txstore``: ``stat``, ``dump``, ``get``, ``offsets``, ``check``.
 
 Each opens partitions read-only (:mod:`txstore.runtime.admin`), so it is safe next to a running
-writer,
-prints a short table (or JSON lines with ``--json``), and exits 0, or 1 when ``check`` finds a
-problem or ``get`` finds no value, or 2 on a usage error.
+writer, and prints a table or text lines, or JSON lines of plain values with ``--json``
+(:func:`txstore.cli.common.to_plain`). Exit codes: :mod:`txstore.cli.common`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
+import dataclasses
 from typing import Any
 
-from txstore.errors import TxStoreError
-from txstore.runtime import admin
+import click
 
-__all__ = ["COMMANDS", "add_subcommands", "run"]
+from txstore.cli.common import (
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    Reporter,
+    emit_json,
+    json_option,
+    partitions_option,
+    print_table,
+    progress_option,
+    quiet_option,
+    text_of,
+)
 
-COMMANDS = ("stat", "dump", "get", "offsets", "check")
+__all__ = ["register"]
+
+_PATH = click.Path(exists=True, file_okay=False)
 
 
-def add_subcommands(sub: Any) -> None:
-    """Register the subcommands on an ``argparse`` subparsers object."""
-    path_help = "a partition directory or a state directory of partitions"
-    p = sub.add_parser("stat", help="stores, formats, sizes and committed offsets of a directory")
-    p.add_argument("path", help=path_help)
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p = sub.add_parser("dump", help="the committed records of a store, decoded")
-    p.add_argument("path", help=path_help)
-    p.add_argument("store", help="store name")
-    p.add_argument("--partitions", help="only these partitions, e.g. 0,2")
-    p.add_argument("--limit", type=int, help="stop after this many records")
-    p.add_argument("--raw", action="store_true", help="keys and values as bytes (hex)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p = sub.add_parser("get", help="the committed value of one key of a key-value store")
-    p.add_argument("path", help=path_help)
-    p.add_argument("store", help="store name")
-    p.add_argument("key", help="the key, as text (numbers for integer/long serdes, JSON for json)")
-    p.add_argument("--json", action="store_true", help="print a JSON object")
-    p = sub.add_parser("offsets", help="committed store offsets, changelog ends, input positions")
-    p.add_argument("path", help=path_help)
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p = sub.add_parser(
-        "check",
-        help="verify a directory: metadata, every row and changelog checksum, no leftover spill",
+def _stat(path: str, as_json: bool) -> int:
+    """Stores, kinds, formats, committed entries and offsets, serdes and sizes of PATH (a
+    partition directory or a state directory), one row per partition and store.
+
+    \b
+    Example:
+      txstore stat demo-out/state
+      txstore stat demo-out/state --json | jq -r .store
+    """
+    from txstore.runtime import admin
+
+    rows = admin.stat(path)
+    if as_json:
+        for r in rows:
+            emit_json(r)
+        return EXIT_OK
+    for r in rows:
+        r["size"] = f"{r['partition_data_bytes'] / 2**20:.1f} MiB"
+    print_table(rows, ["partition", "store", "kind", "format", "entries", "committed_offset",
+                       "key_serde", "value_serde", "size"])  # fmt: skip
+    return EXIT_OK
+
+
+def _dump(
+    path: str,
+    store: str,
+    partitions: frozenset[int] | None,
+    limit: int | None,
+    raw: bool,
+    as_json: bool,
+) -> int:
+    """The committed records of STORE in PATH, partition by partition in key order, decoded
+    by the store's recorded serdes: a line per record, PARTITION<TAB>KEY<TAB>VALUE (bytes as
+    hex, structured keys and values as compact JSON), or one JSON object per line with
+    --json: {"partition": 0, "key": ..., "value": ...}; a windowed key is {"key": ...,
+    "window": {"start": ms, "end": ms}}, a timestamped value {"value": ..., "timestamp": ms}.
+
+    \b
+    Example:
+      txstore dump demo-out/state sessions --partitions 0 --limit 5
+      txstore dump demo-out/state user-totals --json | jq -c '{k: .key, v: .value.value}'
+    """
+    from txstore.runtime import admin
+
+    records = admin.dump(
+        path,
+        store,
+        partitions=None if partitions is None else sorted(partitions),
+        decode=not raw,
+        limit=limit,
     )
-    p.add_argument("path", help=path_help)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument(
-        "--deep",
-        action="store_true",
-        help="also compare every committed row with what its changelog says it must hold, and "
-        "check every row against its format and key schema (reads every changelog record)",
-    )
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, admin.Problem):  # check's problems and notes, as objects
-        return _jsonable(value.__dict__)
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return repr(value)
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    if not rows:
-        print("(nothing)")
-        return
-    cells = [[_text(r.get(c)) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-
-
-def _partitions(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"txstore: --partitions takes numbers like 0,2, not {text!r}") from None
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the subcommand ``args.command``; returns the exit code."""
-    try:
-        return _run(args)
-    except TxStoreError as exc:
-        print(f"txstore {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # the reader went away (txstore dump ... | head): not an error
-        sys.stderr.close()
-        return 0
-
-
-def _run(args: argparse.Namespace) -> int:
-    if args.command == "stat":
-        rows = admin.stat(args.path)
-        if args.json:
-            for r in rows:
-                print(json.dumps(_jsonable(r)))
+    for rec in records:
+        if as_json:
+            emit_json(rec)
         else:
-            for r in rows:
-                r["size"] = f"{r['partition_data_bytes'] / 2**20:.1f} MiB"
-            _table(rows, ["partition", "store", "kind", "format", "entries", "committed_offset",
-                          "key_serde", "value_serde", "size"])  # fmt: skip
-        return 0
-    if args.command == "dump":
-        records = admin.dump(
-            args.path,
-            args.store,
-            partitions=_partitions(args.partitions),
-            decode=not args.raw,
-            limit=args.limit,
-        )
-        for rec in records:
-            if args.json:
-                print(json.dumps(_jsonable(rec)))
-            else:
-                print(f"{rec['partition']}\t{_text(rec['key'])}\t{_text(rec['value'])}")
-        return 0
-    if args.command == "get":
-        partition, value = admin.get(args.path, args.store, args.key)
-        if args.json:
-            print(json.dumps({"partition": partition, "value": _jsonable(value)}))
-        elif value is None:
-            print("(no value)")
-        else:
-            print(_text(value))
-        return 0 if value is not None else 1
-    if args.command == "offsets":
-        rows = admin.offsets(args.path)
-        if args.json:
-            for r in rows:
-                print(json.dumps(_jsonable(r)))
-        else:
-            _table(rows, ["partition", "store", "store_offset", "changelog_end",
-                          "input_position", "lag"])  # fmt: skip
-        return 0
-    report = admin.check(args.path, deep=args.deep)
-    if args.json:
-        print(json.dumps(_jsonable(report.__dict__ | {"ok": report.ok})))
+            number = "" if rec["partition"] is None else rec["partition"]
+            click.echo(f"{number}\t{text_of(rec['key'])}\t{text_of(rec['value'])}")
+    return EXIT_OK
+
+
+def _get(path: str, store: str, key: str, as_json: bool) -> int:
+    """The committed value of KEY in key-value store STORE. KEY is text: a number for
+    integer/long serdes, JSON for json, UTF-8 for bytes. In a state directory the key's
+    partition is found with Kafka's default partitioner. Exit 1 when no partition holds it.
+
+    \b
+    Example:
+      txstore get demo-out/state user-totals user-000
+      txstore get demo-out/state user-totals user-000 --json
+    """
+    from txstore.runtime import admin
+
+    partition, value = admin.get(path, store, key)
+    if as_json:
+        emit_json({"partition": partition, "store": store, "key": key, "value": value})
+    elif value is None:
+        click.echo("(no value)")
     else:
-        read = f"{report.rows_read:,} rows and {report.changelog_records:,} changelog records"
-        print(f"{report.partitions} partition(s), {report.stores} store(s), {read} read")
-        if report.deep:
-            print(f"deep: {report.rows_verified:,} rows equal to their changelogs' records, "
-                  f"{report.rows_not_compared:,} not compared")  # fmt: skip
-        for label, found in (("NOTE", report.notes), ("PROBLEM", report.problems)):
-            for p in found:
-                where = "" if p.partition is None else f"partition {p.partition}: "
-                print(f"{label} {where}{p.what}: {p.detail}")
-        print("ok" if report.ok else f"{len(report.problems)} problem(s)")
-    return 0 if report.ok else 1
+        click.echo(text_of(value))
+    return EXIT_OK if value is not None else EXIT_NEGATIVE
+
+
+def _offsets(path: str, as_json: bool) -> int:
+    """Per partition and store: the store's committed offset, its changelog's committed end,
+    the last committed input position, and the lag of the store behind its changelog.
+
+    \b
+    Example:
+      txstore offsets demo-out/state
+    """
+    from txstore.runtime import admin
+
+    rows = admin.offsets(path)
+    if as_json:
+        for r in rows:
+            emit_json(r)
+        return EXIT_OK
+    print_table(rows, ["partition", "store", "store_offset", "changelog_end",
+                       "input_position", "lag"])  # fmt: skip
+    return EXIT_OK
+
+
+def _check(
+    path: str,
+    deep: bool,
+    partitions: frozenset[int] | None,
+    as_json: bool,
+    quiet: bool,
+    progress: bool | None,
+) -> int:
+    """Verify PATH: every store's metadata, every committed row (decoded with its format),
+    every changelog record (checksums), no store ahead of its changelog, no spill left by a
+    crashed writer (a live writer's spill is a note). --deep also compares every row with
+    what its changelog says it must hold (docs/cli.md). Exit 1 when a problem is found.
+
+    \b
+    Example:
+      txstore check demo-out/state
+      txstore check --deep demo-out/state --json | jq '.problems[]'
+    """
+    from txstore.runtime import admin
+
+    parts = admin.partitions_of(path)
+    if partitions is not None:
+        missing = sorted(partitions - {n for n in parts if n is not None})
+        if missing:
+            raise click.BadParameter(
+                f"{path} has no partition {', '.join(map(str, missing))}",
+                param_hint="'--partitions'",
+            )
+        parts = {n: p for n, p in parts.items() if n in partitions}
+    report = admin.CheckReport(deep=deep)
+    out = Reporter("check", quiet, progress)
+    with out.bar("check", len(parts)) as bar:
+        for number, pdir in parts.items():
+            bar.update(description=f"check partition {'' if number is None else number}")
+            one = admin.check(pdir, deep=deep)
+            report.partitions += one.partitions
+            report.stores += one.stores
+            report.rows_read += one.rows_read
+            report.changelog_records += one.changelog_records
+            report.rows_verified += one.rows_verified
+            report.rows_not_compared += one.rows_not_compared
+            report.problems += [dataclasses.replace(p, partition=number) for p in one.problems]
+            report.notes += [dataclasses.replace(p, partition=number) for p in one.notes]
+            bar.advance()
+    if as_json:
+        emit_json(dataclasses.asdict(report) | {"ok": report.ok})
+        return EXIT_OK if report.ok else EXIT_NEGATIVE
+    read = f"{report.rows_read:,} rows and {report.changelog_records:,} changelog records"
+    click.echo(f"{report.partitions} partition(s), {report.stores} store(s), {read} read")
+    if report.deep:
+        click.echo(f"deep: {report.rows_verified:,} rows equal to their changelogs' records, "
+                   f"{report.rows_not_compared:,} not compared")  # fmt: skip
+    for label, found in (("NOTE", report.notes), ("PROBLEM", report.problems)):
+        for p in found:
+            where = "" if p.partition is None else f"partition {p.partition}: "
+            click.echo(f"{label} {where}{p.what}: {p.detail}")
+    click.echo("ok" if report.ok else f"{len(report.problems)} problem(s)")
+    return EXIT_OK if report.ok else EXIT_NEGATIVE
+
+
+def register(group: click.Group, context: dict[str, Any]) -> None:
+    """Add ``stat``, ``dump``, ``get``, ``offsets`` and ``check`` to ``group``."""
+    path = click.argument("path", type=_PATH)
+    store = click.argument("store")
+    group.command("stat", context_settings=context)(path(json_option(_stat)))
+    group.command("dump", context_settings=context)(
+        path(
+            store(
+                partitions_option(
+                    click.option(
+                        "--limit",
+                        type=click.IntRange(min=0),
+                        metavar="N",
+                        help="Stop after N records.",
+                    )(
+                        click.option(
+                            "--raw",
+                            is_flag=True,
+                            help="Keys and values as bytes (hex), not decoded by their serdes.",
+                        )(json_option(_dump))
+                    )
+                )
+            )
+        )
+    )
+    group.command("get", context_settings=context)(
+        path(store(click.argument("key")(json_option(_get))))
+    )
+    group.command("offsets", context_settings=context)(path(json_option(_offsets)))
+    group.command("check", context_settings=context)(
+        path(
+            click.option(
+                "--deep",
+                is_flag=True,
+                help="Also compare every committed row with what its changelog says it must "
+                "hold, and check every row against its format and key schema (reads every "
+                "changelog record).",
+            )(partitions_option(json_option(quiet_option(progress_option(_check)))))
+        )
+    )

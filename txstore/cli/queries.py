@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import signal
-import sys
 import threading
 from typing import Any
 
-__all__ = ["add_subcommand", "command"]
+import click
+
+from txstore.cli.common import EXIT_ERROR, EXIT_OK, CliError, Reporter, quiet_option
+
+__all__ = ["register"]
 
 _DESCRIPTION = """\
 Host the partitions of STATE_DIR that the membership assigns to this instance (recover and
@@ -18,123 +20,171 @@ restore each, as a task), and serve their stores' metadata and queries over HTTP
 --application-server (see docs/queries.md for the API). The stores are found in the
 partitions' metadata. Membership: --assignment FILE (a static assignment, re-read when it
 changes), --registry DIR (instances register in a shared directory and share the partitions),
-or neither (every partition of --partitions, or of STATE_DIR, here). Binds loopback only unless
---allow-remote; --token-file (or TXSTORE_TOKEN) requires a bearer token.
+or neither (every partition of STATE_DIR, or --num-partitions of them, here). Binds loopback
+only unless --allow-remote; --token-file (or TXSTORE_TOKEN) requires a bearer token.
 """
 
 
-def add_subcommand(sub: Any) -> None:
-    """Add ``serve`` to the ``txstore`` argument parser."""
-    p = sub.add_parser(
-        "serve",
-        help="serve a state directory's stores over HTTP (interactive queries, KIP-67)",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("state_dir", help="state directory (<dir>/<partition>/...)")
-    p.add_argument("--application-id", required=True, help="the application's id")
-    p.add_argument(
-        "--application-server",
-        default="127.0.0.1:7070",
-        metavar="HOST:PORT",
-        help="address to listen on and publish in the metadata (default 127.0.0.1:7070)",
-    )
-    m = p.add_mutually_exclusive_group()
-    m.add_argument("--assignment", metavar="FILE", help="static assignment JSON file")
-    m.add_argument("--registry", metavar="DIR", help="shared registry directory")
-    p.add_argument("--partitions", type=int, help="number of partitions (registry, or all-local)")
-    p.add_argument(
-        "--standby-replicas", type=int, default=0, help="registry: standbys per partition"
-    )
-    p.add_argument(
-        "--refresh-interval",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="how often the membership is re-read (registry: the heartbeat; default 1)",
-    )
-    p.add_argument(
-        "--session-timeout",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="registry: a member silent this long is gone (default 10)",
-    )
-    p.add_argument("--token-file", help="file holding the bearer token (or set TXSTORE_TOKEN)")
-    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback address")
-    p.add_argument("--max-results", type=int, default=1000, help="items per iterator query")
-    p.add_argument("--max-request-bytes", type=int, default=64 * 1024, help="request size limit")
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (e.g. one that registers custom serdes); repeatable",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+def register(group: click.Group, context: dict[str, Any]) -> None:
+    """Add ``serve`` to ``group``."""
+    options = [
+        click.argument("state_dir", type=click.Path(exists=True, file_okay=False)),
+        click.option("--application-id", required=True, help="The application's id."),
+        click.option(
+            "--application-server",
+            default="127.0.0.1:7070",
+            show_default=True,
+            metavar="HOST:PORT",
+            help="Address to listen on and publish in the metadata.",
+        ),
+        click.option("--assignment", metavar="FILE", help="Static assignment JSON file."),
+        click.option("--registry", metavar="DIR", help="Shared registry directory."),
+        click.option(
+            "--num-partitions",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="How many partitions the application has (registry: required; all-local: "
+            "default the highest partition directory + 1).",
+        ),
+        click.option(
+            "--standby-replicas",
+            default=0,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help="Registry: standbys per partition.",
+        ),
+        click.option(
+            "--refresh-interval",
+            default=1.0,
+            show_default=True,
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="How often the membership is re-read (registry: the heartbeat).",
+        ),
+        click.option(
+            "--session-timeout",
+            default=10.0,
+            show_default=True,
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="Registry: a member silent this long is gone.",
+        ),
+        click.option(
+            "--token-file",
+            type=click.Path(exists=True, dir_okay=False),
+            help="File holding the bearer token (or set TXSTORE_TOKEN).",
+        ),
+        click.option("--allow-remote", is_flag=True, help="Allow a non-loopback address."),
+        click.option(
+            "--max-results", default=1000, show_default=True, help="Items per iterator query."
+        ),
+        click.option(
+            "--max-request-bytes",
+            default=64 * 1024,
+            show_default=True,
+            help="Request size limit.",
+        ),
+        click.option(
+            "--import",
+            "imports",
+            multiple=True,
+            metavar="MODULE",
+            help="Import MODULE first (e.g. one that registers custom serdes); repeatable.",
+        ),
+        quiet_option,
+    ]
+    f: Any = serve
+    for option in reversed(options):
+        f = option(f)
+    group.command("serve", context_settings=context, help=_DESCRIPTION)(f)
 
 
-def _token(args: argparse.Namespace) -> str | None:
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as f:
+def _token(token_file: str | None) -> str | None:
+    if token_file:
+        with open(token_file, encoding="utf-8") as f:
             return f.read().strip()
     return os.environ.get("TXSTORE_TOKEN") or None
 
 
-def command(args: argparse.Namespace) -> int:
+def serve(
+    state_dir: str,
+    application_id: str,
+    application_server: str,
+    assignment: str | None,
+    registry: str | None,
+    num_partitions: int | None,
+    standby_replicas: int,
+    refresh_interval: float,
+    session_timeout: float,
+    token_file: str | None,
+    allow_remote: bool,
+    max_results: int,
+    max_request_bytes: int,
+    imports: tuple[str, ...],
+    quiet: bool,
+) -> int:
     """Run ``txstore serve`` until SIGINT or SIGTERM; returns the exit code."""
-    from txstore.errors import TxStoreError
     from txstore.queries.application import Application
     from txstore.queries.http.server import QueryServer
     from txstore.queries.membership import RegistryMembership, StaticAssignment
     from txstore.queries.topology import builders_from_state_dir
     from txstore.runtime.statedir import partition_dirs
 
-    def say(line: str) -> None:
-        if not args.quiet:
-            print(f"txstore serve: {line}", file=sys.stderr, flush=True)
+    out = Reporter("serve", quiet)
+    if assignment and registry:
+        raise click.UsageError("--assignment and --registry exclude each other")
+    if registry and num_partitions is None:
+        raise click.UsageError("--registry needs --num-partitions")
+    for module in imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise CliError(f"txstore serve: error: --import {module}: {exc}", 2) from exc
+    builders = builders_from_state_dir(state_dir)
+    membership: Any
+    n = num_partitions
+    if assignment:
+        membership = StaticAssignment(assignment, refresh_interval=refresh_interval)
+    elif registry:
+        assert n is not None
+        membership = RegistryMembership(
+            registry,
+            n,
+            num_standby_replicas=standby_replicas,
+            heartbeat_interval=refresh_interval,
+            session_timeout=session_timeout,
+        )
+    else:
+        membership = None
+        if n is None:
+            n = max(partition_dirs(state_dir)) + 1
+
+    def restored(partition: int, prog: Any) -> None:
+        if prog.total and prog.restored == prog.total:
+            out.say(
+                f"partition {partition}: store {prog.store} restored "
+                f"{prog.restored:,}/{prog.total:,} changelog records"
+            )
 
     try:
-        for module in args.imports:
-            importlib.import_module(module)
-        builders = builders_from_state_dir(args.state_dir)
-        membership: Any
-        n = args.partitions
-        if args.assignment:
-            membership = StaticAssignment(args.assignment, refresh_interval=args.refresh_interval)
-        elif args.registry:
-            if n is None:
-                raise SystemExit("txstore serve: --registry needs --partitions")
-            membership = RegistryMembership(
-                args.registry,
-                n,
-                num_standby_replicas=args.standby_replicas,
-                heartbeat_interval=args.refresh_interval,
-                session_timeout=args.session_timeout,
-            )
-        else:
-            membership = None
-            if n is None:
-                n = max(partition_dirs(args.state_dir)) + 1
         app = Application(
-            args.application_id,
-            args.state_dir,
+            application_id,
+            state_dir,
             builders,
-            application_server=args.application_server,
+            application_server=application_server,
             membership=membership,
             num_partitions=n if membership is None else None,
+            restore_listener=None if quiet else restored,
         )
         server = QueryServer(
             app,
-            token=_token(args),
-            allow_remote=args.allow_remote,
-            max_results=args.max_results,
-            max_request_bytes=args.max_request_bytes,
+            token=_token(token_file),
+            allow_remote=allow_remote,
+            max_results=max_results,
+            max_request_bytes=max_request_bytes,
         )
-    except (TxStoreError, OSError, ImportError) as exc:
-        print(f"txstore serve: error: {exc}", file=sys.stderr)
-        return 1
+    except OSError as exc:
+        raise CliError(f"txstore serve: error: {exc}", EXIT_ERROR) from exc
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -144,11 +194,11 @@ def command(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         server.start()
-        say(f"starting {args.application_id!r} with stores {[b.name for b in builders]}")
+        out.say(f"starting {application_id!r} with stores {[b.name for b in builders]}")
         app.start(timeout=0)
         while not stop.is_set() and not app.state.name.startswith(("ERROR", "PENDING_ERROR")):
             if app.state.name == "RUNNING":
-                say(
+                out.say(
                     f"serving {server.url}: active partitions {app.active_partitions}, "
                     f"standby {app.standby_partitions}"
                 )
@@ -160,7 +210,6 @@ def command(args: argparse.Namespace) -> int:
         server.close()
         app.close()
     if app.state.name == "ERROR":
-        print(f"txstore serve: error: the application failed: {app.error}", file=sys.stderr)
-        return 1
-    say("stopped")
-    return 0
+        raise CliError(f"txstore serve: error: the application failed: {app.error}", EXIT_ERROR)
+    out.say("stopped")
+    return EXIT_OK

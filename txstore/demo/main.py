@@ -41,11 +41,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Demo:
-    def __init__(self, out: Path, events: int, partitions: int, spark: bool) -> None:
+    def __init__(
+        self, out: Path, events: int, partitions: int, spark: bool, plot: bool = True
+    ) -> None:
         self.out = out
         self.events = events
         self.partitions = partitions
         self.spark = spark
+        self.plot = plot
         self.state = out / "state"
         self.inputs = out / "input"
         self.failures: list[str] = []
@@ -366,8 +369,11 @@ class Demo:
         print(f"\n      {'session length':<16}{'sessions':>9}")
         for label, n in result["session_buckets"]:
             print(f"      {label:<16}{n:>9,}")
-        png = an.chart(result, self.out / "analytics.png")
-        self.say(f"chart: {png}")
+        if self.plot:
+            png = an.chart(result, self.out / "analytics.png")
+            self.say(f"chart: {png}")
+        else:
+            self.say("chart skipped (--no-plot)")
         self.facts.append(("sessions analysed", f"{result['sessions']:,}"))
 
 
@@ -378,23 +384,54 @@ def _free_port() -> int:
         return port
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="txstore demo", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
-    parser.add_argument("--out", default="demo-out", help="output directory (replaced)")
-    parser.add_argument("--events", type=int, default=60_000, help="page views to generate")
-    parser.add_argument("--partitions", type=int, default=3, help="partitions (>= 2)")
-    parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
-    args = parser.parse_args(argv)
-    if args.partitions < 2 or args.events < 1000:
-        parser.error("--partitions must be >= 2 and --events >= 1000")
+def missing_dependency(spark: bool, plot: bool) -> str | None:
+    """What the demo cannot run without, as one line saying what to install; None if
+    everything it needs is here (matplotlib for the chart; PySpark, pyarrow and Java 17 for
+    the Spark step). Checked before anything starts."""
+    import importlib.util
+
+    from txstore.spark.export import java_problem
+
+    def missing(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is None
+        except (ImportError, ValueError):  # sys.modules[module] is None: blocked
+            return True
+
+    if plot and missing("matplotlib"):
+        return (
+            "txstore demo needs the plot extra for its chart (matplotlib not installed): "
+            "pip install '.[plot]' (from a clone of txstore), or pass --no-plot"
+        )
+    if spark:
+        gone = [m for m in ("pyspark", "pyarrow") if missing(m)]
+        if gone:
+            return (
+                f"txstore demo needs the spark extra ({', '.join(gone)} not installed): "
+                "pip install '.[spark]' (from a clone of txstore), or pass --no-spark"
+            )
+        problem = java_problem()
+        if problem is not None:
+            return f"txstore demo: {problem}, or pass --no-spark"
+    return None
+
+
+def run(
+    out: str | os.PathLike[str],
+    events: int = 60_000,
+    partitions: int = 3,
+    *,
+    spark: bool = True,
+    plot: bool = True,
+) -> int:
+    """Run the demo into ``out`` (replaced); the exit status (1: a check failed). The caller
+    checks :func:`missing_dependency` first."""
     started = time.perf_counter()
     print("txstore demo: a page-view pipeline on txstore, crashed, recovered, queried, analysed")
     print("\n[0/6] codecs: Kafka's own test vectors through the C extension")
     failed_codecs = run_codec_demo(lambda line: None)
     print(f"      {'ok  ' if not failed_codecs else 'FAIL'} every codec matches Kafka's bytes")
-    demo = Demo(Path(args.out).resolve(), args.events, args.partitions, not args.no_spark)
+    demo = Demo(Path(out).resolve(), events, partitions, spark, plot)
     if failed_codecs:
         demo.failures.append("codec checks")
     by_partition = demo.generate()
@@ -403,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.serve(by_partition)
     demo.analytics()
     print("\nsummary")
-    demo.facts.insert(0, ("events processed exactly once", f"{args.events:,}"))
+    demo.facts.insert(0, ("events processed exactly once", f"{events:,}"))
     for what, value in demo.facts:
         print(f"      {what:<38}{value}")
     print(f"      {'wall time':<38}{time.perf_counter() - started:.1f} s")
@@ -412,6 +449,28 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"\nall checks passed; recovery took {recovery_ms:.1f} ms without wiping any store")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m txstore.demo.main [--out DIR] ...`` (``txstore demo`` is the same)."""
+    parser = argparse.ArgumentParser(
+        prog="txstore demo", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--out", default="demo-out", help="output directory (replaced)")
+    parser.add_argument("--events", type=int, default=60_000, help="page views to generate")
+    parser.add_argument("--num-partitions", type=int, default=3, help="partitions (>= 2)")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
+    parser.add_argument("--no-plot", action="store_true", help="no PNG chart")
+    args = parser.parse_args(argv)
+    if args.num_partitions < 2 or args.events < 1000:
+        parser.error("--num-partitions must be >= 2 and --events >= 1000")
+    problem = missing_dependency(not args.no_spark, not args.no_plot)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 4
+    return run(
+        args.out, args.events, args.num_partitions, spark=not args.no_spark, plot=not args.no_plot
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""txstore as a Spark data source (``pip install 'txstore[spark]'``: PySpark >= 4.0, pyarrow).
+"""txstore as a Spark data source (the ``spark`` extra: PySpark >= 4.0, pyarrow, and Java 17;
+from a clone, ``pip install '.[spark]'``).
 
 ::
 
@@ -42,7 +43,10 @@ __all__ = [
 SOURCE_NAME = "txstore"
 METADATA_SOURCE_NAME = "txstore-metadata"
 
-_MISSING = "txstore.spark needs PySpark >= 4.0 and pyarrow: pip install 'txstore[spark]' ({exc})"
+_MISSING = (
+    "txstore.spark needs the spark extra (PySpark >= 4.0 and pyarrow): pip install '.[spark]' "
+    "from a clone of txstore ({exc})"
+)
 
 
 def _datasource() -> Any:
