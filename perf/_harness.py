@@ -47,12 +47,28 @@ class Settings:
 
 @dataclass(frozen=True)
 class Timing:
-    """Nanoseconds per item of one variant, over ``samples`` interleaved rounds."""
+    """Nanoseconds per item of one variant, over ``samples`` interleaved rounds.
+
+    ``values`` keeps every round's ns per item, in round order: the raw timings that the
+    benchmark's JSON record saves (``_record.Record.add_timings``).
+    """
 
     median_ns: float
     min_ns: float
     max_ns: float
     samples: int
+    values: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Timing:
+        """The timing of these per-round values (ns per item)."""
+        return cls(statistics.median(values), min(values), max(values), len(values), tuple(values))
+
+    def scaled(self, by: float) -> Timing:
+        """Every value divided by ``by`` (per-run times -> per-item times)."""
+        if self.values:
+            return Timing.of([v / by for v in self.values])
+        return Timing(self.median_ns / by, self.min_ns / by, self.max_ns / by, self.samples)
 
     @property
     def spread(self) -> float:
@@ -93,9 +109,7 @@ def compare(
     finally:
         if gc_was_enabled:
             gc.enable()
-    return {
-        name: Timing(statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()
-    }
+    return {name: Timing.of(s) for name, s in samples.items()}
 
 
 def compare_staged(
@@ -138,10 +152,7 @@ def compare_staged(
         if gc_was_enabled:
             gc.enable()
     return {
-        name: {
-            phase: Timing(statistics.median(s), min(s), max(s), len(s))
-            for phase, s in phases.items()
-        }
+        name: {phase: Timing.of(s) for phase, s in phases.items()}
         for name, phases in samples.items()
     }
 

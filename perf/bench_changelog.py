@@ -17,9 +17,11 @@ Variants, interleaved in one process (see ``_harness.compare_staged``):
 Replay is timed over the same 1M-record log, as :class:`ChangelogRecord` tuples
 (``read_committed``) and as columnar batches (``read_committed_batches``, restore's input).
 
-Run ``python perf/bench_changelog.py [--quick]``. The output ends with:
+Run ``python perf/bench_changelog.py [--quick] [--json PATH]``. The output ends with:
 ``figure: changelog_append_per_s = <n> rec/s`` (goal >= 300k) and
-``figure: changelog_replay_per_s = <n> rec/s`` (``read_committed`` records; goal >= 1M).
+``figure: changelog_replay_per_s = <n> rec/s`` (``read_committed`` records; goal >= 1M). The
+JSON record (``_record.py``; default ``perf/out/changelog.json``) holds them, every round's
+timings and the environment.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import zlib
 from collections.abc import Mapping
 
 from _harness import compare_staged, fmt_ns, table
+from _record import Record, add_json_argument
 
 from txstore.changelog.log import FileChangelog
 
@@ -145,8 +148,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="200k records, 3 rounds")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    add_json_argument(parser, "changelog")
     args = parser.parse_args()
     n, rounds = (200_000, 3) if args.quick else (1_000_000, 5)
+    record = Record(
+        "changelog",
+        quick=args.quick,
+        workload={
+            "records": n,
+            "key_bytes": 16,
+            "value_bytes": 100,
+            "commit_every": COMMIT_EVERY,
+            "rounds": rounds,
+        },
+    )
     root = tempfile.mkdtemp(prefix="bench_changelog_", dir=args.dir)
     print(f"python {sys.version.split()[0]} on {platform.machine()}, {os.cpu_count()} CPUs")
     print(f"{n:,} records (16-byte keys, 100-byte values), commit every {COMMIT_EVERY}, in {root}")
@@ -226,10 +241,24 @@ def main() -> None:
                 ],
             )
         )
-        append_rate = 1e9 / append["txstore"]["total"].median_ns
-        print(f"\nfigure: changelog_append_per_s = {append_rate:.0f} rec/s")
-        rate = 1e9 / replay["txstore records"]["replay"].median_ns
-        print(f"figure: changelog_replay_per_s = {rate:.0f} rec/s")
+        record.add_timings("append", append, per="record")
+        record.add_timings("replay", replay, per="record")
+        print()
+        record.figure(
+            "changelog_append_per_s",
+            1e9 / append["txstore"]["total"].median_ns,
+            "rec/s",
+            digits=0,
+            based_on=["append/txstore/total"],
+        )
+        record.figure(
+            "changelog_replay_per_s",
+            1e9 / replay["txstore records"]["replay"].median_ns,
+            "rec/s",
+            digits=0,
+            based_on=["replay/txstore records/replay"],
+        )
+        record.finish(args.json)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -22,10 +22,11 @@ order; the figure is the median), on an already open read-only partition except 
   checked against its format);
 * **deep compare only**: ``deep_check.check_store`` for the one store (no checksum pass).
 
-Run ``python perf/bench_check.py [--quick]``. The output ends with
+Run ``python perf/bench_check.py [--quick] [--json PATH]``. The output ends with
 ``figure: check_deep_rows_per_s = <n> rows/s`` (kv, ``check --deep``),
 ``figure: check_deep_vs_scan = <x> x`` (its time over the baseline scan's on the same store)
-and ``figure: check_deep_window_rows_per_s = <n> rows/s``.
+and ``figure: check_deep_window_rows_per_s = <n> rows/s``. The JSON record (``_record.py``;
+default ``perf/out/check.json``) holds them, every round's timings and the environment.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import Settings, compare, consume, table
+from _harness import Settings, Timing, compare, consume, table
+from _record import Record, add_json_argument
 
 from txstore import Headers, Serdes, Stores, ValueAndHeaders, ValueAndTimestamp
 from txstore.engine.partition import Partition
@@ -90,8 +92,8 @@ def write_window(path: Path, n: int, rng: random.Random) -> None:
         task.commit(i)
 
 
-def measure(path: Path, store: str, rows: int, settings: Settings) -> dict[str, float]:
-    """Seconds per row of each variant over partition ``path``'s store ``store``."""
+def measure(path: Path, store: str, rows: int, settings: Settings) -> dict[str, Timing]:
+    """Nanoseconds per row of each variant over partition ``path``'s store ``store``."""
     with Partition(path, readonly=True) as part:
 
         def scan() -> None:
@@ -119,15 +121,27 @@ def measure(path: Path, store: str, rows: int, settings: Settings) -> dict[str, 
             rows,
             settings,
         )
-    return {name: t.median_ns * 1e-9 for name, t in timings.items()}
+    return timings
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="50,000 rows, fewer rounds")
+    add_json_argument(parser, "check")
     args = parser.parse_args()
     n = 50_000 if args.quick else 200_000
     settings = Settings(repeats=3 if args.quick else 7, target_ns=200_000_000, warmup=1)
+    record = Record(
+        "check",
+        quick=args.quick,
+        workload={
+            "rows_per_store": n,
+            "window_store_windows": WINDOWS,
+            "task_commit_every": COMMIT_EVERY,
+            "rounds": settings.repeats,
+            "sample_target_ns": settings.target_ns,
+        },
+    )
     rng = random.Random(15)
     with tempfile.TemporaryDirectory(prefix="bench_check_") as tmp:
         root = Path(tmp)
@@ -136,22 +150,44 @@ def main() -> None:
         write_window(root / "window", n, rng)
         print(f"# {n:,} rows per store written in {time.perf_counter() - t0:.1f} s "
               f"(pid {os.getpid()})")  # fmt: skip
-        results = {
+        timings = {
             "kv": measure(root / "kv", "kv", n, settings),
             "window": measure(root / "window", "win", n, settings),
         }
+    results = {
+        store: {name: t.median_ns * 1e-9 for name, t in per.items()}
+        for store, per in timings.items()
+    }
     rows = []
     for store, per in results.items():
         base = per["scan (baseline)"]
         for name, secs in per.items():
             rows.append([f"{store}: {name}", f"{1 / secs:,.0f}", f"{secs / base:.2f}x"])
     print(table(["variant", "rows/s", "time vs scan"], rows))
+    for store, per_store in timings.items():
+        record.add_timings(store, per_store, per="row")
     kv = results["kv"]
-    print(f"figure: check_deep_rows_per_s = {1 / kv['check --deep']:.0f} rows/s")
-    print(f"figure: check_deep_vs_scan = {kv['check --deep'] / kv['scan (baseline)']:.2f} x")
-    print(
-        f"figure: check_deep_window_rows_per_s = {1 / results['window']['check --deep']:.0f} rows/s"
+    record.figure(
+        "check_deep_rows_per_s",
+        1 / kv["check --deep"],
+        "rows/s",
+        digits=0,
+        based_on=["kv/check --deep"],
     )
+    record.figure(
+        "check_deep_vs_scan",
+        kv["check --deep"] / kv["scan (baseline)"],
+        "x",
+        based_on=["kv/check --deep", "kv/scan (baseline)"],
+    )
+    record.figure(
+        "check_deep_window_rows_per_s",
+        1 / results["window"]["check --deep"],
+        "rows/s",
+        digits=0,
+        based_on=["window/check --deep"],
+    )
+    record.finish(args.json)
 
 
 if __name__ == "__main__":

@@ -31,12 +31,13 @@ Data: 16-byte keys, 90-110-byte values (mean 100), 0-3 headers with short keys a
   one ``bytes`` object per item, which costs more than the C work of most layouts; a column
   does not, so this is where a C batch can pay off.
 
-Run ``python perf/bench_codecs.py [--quick]``. The output ends with three figures:
+Run ``python perf/bench_codecs.py [--quick] [--json PATH]``. The output ends with three figures:
 ``codec_batch_speedup_min`` (the smallest batch speedup over the pure-Python loop, over every
 list-returning batch function and size; goal >= 8), ``codec_single_slowdown_max`` (the largest
 facade single-item time over the pure-Python time; goal <= 1.0) and
 ``codec_columns_speedup_min`` (the smallest speedup of a column function over plain Python
-building the same columns).
+building the same columns). The JSON record (``_record.py``; default ``perf/out/codecs.json``)
+holds them, every round's timings of every codec and the environment.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from typing import Any
 import _codec_columns as pycols
 import txstore._codecs as _codecs
 from _harness import Settings, Timing, compare, consume, fmt_ns, fmt_ratio, table
+from _record import Record, add_json_argument
 
 from txstore import codecs
 from txstore.codecs import ValueFormat
@@ -891,6 +893,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short run (well under a minute)")
     parser.add_argument("--only", default="", help="only codecs whose name contains this text")
     parser.add_argument("--repeats", type=int, default=0, help="interleaved rounds (override)")
+    add_json_argument(parser, "codecs")
     args = parser.parse_args(argv)
 
     single_n = 1000
@@ -898,6 +901,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(
         repeats=args.repeats or (9 if args.quick else 15),
         target_ns=6_000_000 if args.quick else 20_000_000,
+    )
+    record = Record(
+        "codecs",
+        quick=args.quick,
+        workload={
+            "single_items_per_pass": single_n,
+            "batch_sizes": sizes,
+            "rounds": settings.repeats,
+            "sample_target_ns": settings.target_ns,
+        },
+        argv=argv,
     )
     started = time.perf_counter()
     data = Data.make(max(max(sizes), single_n))
@@ -995,35 +1009,52 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
 
-    speedups = [(r.speedup(n) or 0.0, f"{r.case.name} n={n}") for r in batch_rows for n in sizes]
+    # (value, label, the timing series of the record it comes from)
+    speedups = [
+        (r.speedup(n) or 0.0, f"{r.case.name} n={n}", f"batch {n}/{r.case.name}")
+        for r in batch_rows
+        for n in sizes
+    ]
     column_speedups = [
-        (r.speedup(n) or 0.0, f"{r.case.name} n={n}") for r in column_rows for n in sizes
+        (r.speedup(n) or 0.0, f"{r.case.name} n={n}", f"columns {n}/{r.case.name}")
+        for r in column_rows
+        for n in sizes
     ]
     slowdowns = [
-        (r.ratio("facade", "py") or 0.0, r.case.name) for r in rows if r.single and r.case.in_figure
+        (r.ratio("facade", "py") or 0.0, r.case.name, f"single/{r.case.name}")
+        for r in rows
+        if r.single and r.case.in_figure
     ]
     print()
     print(f"elapsed {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
     if args.only:
         print("(no figures: --only measured a subset of the codecs)")
         return 0
-    figures = []
+    for r in rows:
+        if r.single:
+            record.add_timings(f"single/{r.case.name}", r.single)
+        for n, t in r.batch.items():
+            record.add_timings(f"{'columns' if r.case.columns else 'batch'} {n}/{r.case.name}", t)
     if speedups:
-        low, low_name = min(speedups)
-        met = sum(x >= 8 for x, _ in speedups)
+        low, low_name, series = min(speedups)
+        met = sum(x >= 8 for x, *_ in speedups)
         print(f"smallest batch speedup: {low_name}; {met}/{len(speedups)} batches reach 8x")
-        figures.append(f"figure: codec_batch_speedup_min = {low:.2f} x")
+        record.figure("codec_batch_speedup_min", low, "x", based_on=[series])
     if column_speedups:
-        low, low_name = min(column_speedups)
+        low, low_name, series = min(column_speedups)
         print(f"smallest column speedup: {low_name}")
-        figures.append(f"figure: codec_columns_speedup_min = {low:.2f} x")
+        record.figure("codec_columns_speedup_min", low, "x", based_on=[series])
     if slowdowns:
-        high, high_name = max(slowdowns)
-        over = sum(x > 1.0 for x, _ in slowdowns)
+        high, high_name, series = max(slowdowns)
+        over = sum(x > 1.0 for x, *_ in slowdowns)
         print(f"largest facade/py: {high_name}; {over}/{len(slowdowns)} singles above 1.0")
-        figures.append(f"figure: codec_single_slowdown_max = {high:.2f} x")
-    for line in figures:
-        print(line)
+        record.figure(
+            "codec_single_slowdown_max",
+            high,
+            "x",
+            based_on=[f"{series}/facade", f"{series}/py"],
+        )
+    record.finish(args.json)
     return 0
 
 

@@ -36,10 +36,12 @@ Further sections: a full scan through the read-uncommitted merge iterator over t
 
 The garbage collector is off inside timed sections (as in :mod:`timeit`), on in between.
 
-Run ``python perf/bench_kv.py [--quick]``. The output ends with seven ``figure:`` lines:
-``kv_put_commit_vs_lmdb`` (goal >= 0.7), ``kv_put_commit_vs_quix`` (>= 1.5), ``kv_get_vs_lmdb``
-(>= 0.75), ``kv_get_vs_quix`` (>= 3), ``kv_merged_scan_rows_per_s`` (>= 2,000,000),
-``recover_ms_ratio_large_small`` (<= 1.5) and ``spill_rss_growth_mib`` (<= 64).
+Run ``python perf/bench_kv.py [--quick] [--json PATH]``. The output ends with seven
+``figure:`` lines: ``kv_put_commit_vs_lmdb`` (goal >= 0.7), ``kv_put_commit_vs_quix`` (>= 1.5),
+``kv_get_vs_lmdb`` (>= 0.75), ``kv_get_vs_quix`` (>= 3), ``kv_merged_scan_rows_per_s``
+(>= 2,000,000), ``recover_ms_ratio_large_small`` (<= 1.5) and ``spill_rss_growth_mib`` (<= 64).
+The JSON record (``_record.py``; default ``perf/out/kv.json``) holds them, every round's timings,
+the spill child's memory readings and the environment.
 """
 
 from __future__ import annotations
@@ -56,13 +58,14 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
 import lmdb
 from _harness import Settings, Timing, compare, compare_staged, consume, fmt_ratio, table
+from _record import Record, add_json_argument
 
 from txstore.bytestores.kv import BytesKeyValueStore
 
@@ -571,10 +574,6 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
-def scaled(t: Timing, by: int) -> Timing:
-    return Timing(t.median_ns / by, t.min_ns / by, t.max_ns / by, t.samples)
-
-
 @dataclass
 class Config:
     quick: bool
@@ -599,6 +598,10 @@ class Figures:
     scan_rows_per_s: float = 0.0
     recover_ratio: float = 0.0
     spill_growth_mib: float = 0.0
+    #: every section's timings (``{variant: Timing}`` or ``{variant: {phase: Timing}}``) and the
+    #: spill child's readings, for the JSON record
+    timings: dict[str, tuple[Mapping[str, Any], str]] = field(default_factory=dict)
+    spill: dict[str, Any] = field(default_factory=dict)
 
     def goals(self) -> list[tuple[str, float, bool]]:
         return [
@@ -611,22 +614,53 @@ class Figures:
             ("spill RSS growth <= 64 MiB", self.spill_growth_mib, self.spill_growth_mib <= 64),
         ]
 
-    def lines(self) -> list[str]:
-        return [
-            f"figure: kv_put_commit_vs_lmdb = {self.put_commit_vs_lmdb:.2f} x",
-            f"figure: kv_put_commit_vs_quix = {self.put_commit_vs_quix:.2f} x",
-            f"figure: kv_get_vs_lmdb = {self.get_vs_lmdb:.2f} x",
-            f"figure: kv_get_vs_quix = {self.get_vs_quix:.2f} x",
-            f"figure: kv_merged_scan_rows_per_s = {self.scan_rows_per_s:.0f} rows/s",
-            f"figure: recover_ms_ratio_large_small = {self.recover_ratio:.2f} x",
-            f"figure: spill_rss_growth_mib = {self.spill_growth_mib:.1f} MiB",
-        ]
+    def record(self, record: Record) -> None:
+        """The timings and the seven figures, into ``record``."""
+        for section, (timings, per) in self.timings.items():
+            record.add_timings(section, timings, per=per)
+        if self.spill:
+            record.details["spill"] = self.spill
+        put_commit = ["put_commit/txstore tx: put + commit/total"]
+        record.figure(
+            "kv_put_commit_vs_lmdb",
+            self.put_commit_vs_lmdb,
+            "x",
+            based_on=["put_commit/lmdb: txn.put + commit/total", *put_commit],
+        )
+        record.figure(
+            "kv_put_commit_vs_quix",
+            self.put_commit_vs_quix,
+            "x",
+            based_on=["put_commit/quix: set_bytes + prepare + flush/total", *put_commit],
+        )
+        record.figure(
+            "kv_get_vs_lmdb",
+            self.get_vs_lmdb,
+            "x",
+            based_on=["get/lmdb: get (one read txn)", "get/txstore tx: get"],
+        )
+        record.figure(
+            "kv_get_vs_quix",
+            self.get_vs_quix,
+            "x",
+            based_on=["get/quix: tx.get_bytes", "get/txstore tx: get"],
+        )
+        record.figure(
+            "kv_merged_scan_rows_per_s",
+            self.scan_rows_per_s,
+            "rows/s",
+            digits=0,
+            based_on=["scan/txstore tx: all(), merged (bytes level)"],
+        )
+        record.figure("recover_ms_ratio_large_small", self.recover_ratio, "x", based_on=["recover"])
+        record.figure("spill_rss_growth_mib", self.spill_growth_mib, "MiB", digits=1)
 
 
 def section_put_commit(cfg: Config, data: Data, work: Workdir, fig: Figures) -> None:
     variants, counts = put_commit_variants(data, work, cfg.nontx_keys)
     staged = compare_staged(variants, 1, cfg.rounds, warmup=1)
-    pc = {name: {p: scaled(t, counts[name]) for p, t in ph.items()} for name, ph in staged.items()}
+    pc = {name: {p: t.scaled(counts[name]) for p, t in ph.items()} for name, ph in staged.items()}
+    fig.timings["put_commit"] = (pc, "key")
     lmdb_ns = pc["lmdb: txn.put + commit"]["total"].median_ns
     quix_ns = pc["quix: set_bytes + prepare + flush"]["total"].median_ns
     print()
@@ -695,6 +729,7 @@ def section_reads(cfg: Config, data: Data, work: Workdir, fig: Figures) -> None:
             )
         )
         tx_ns = gets["txstore tx: get"].median_ns
+        fig.timings["get"] = (gets, "get")
         fig.get_vs_lmdb = lmdb_ns / tx_ns
         fig.get_vs_quix = quix_ns / tx_ns
 
@@ -730,6 +765,7 @@ def section_reads(cfg: Config, data: Data, work: Workdir, fig: Figures) -> None:
             ],
         )
     )
+    fig.timings["scan"] = (scans, "row")
     fig.scan_rows_per_s = 1e9 / scans["txstore tx: all(), merged (bytes level)"].median_ns
 
 
@@ -772,6 +808,7 @@ def section_recover(cfg: Config, data: Data, work: Workdir, fig: Figures) -> Non
             ],
         )
     )
+    fig.timings["recover"] = (rec, "recover() call")
     large, small = (t["recover"].median_ns for t in rec.values())
     fig.recover_ratio = large / small
 
@@ -814,6 +851,7 @@ def section_spill(cfg: Config, work: Workdir, fig: Figures) -> None:
             f"{sp['commit_hwm'] / 1024:,.0f} MiB, against {sp['hwm'] / 1024:,.0f} MiB before "
             "the commit (not part of the figure)"
         )
+    fig.spill = dict(sp)
     fig.spill_growth_mib = (peak["VmRSS"] - base["VmRSS"]) / 1024 - budget_mib
 
 
@@ -824,6 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=0, help="interleaved rounds (override)")
     parser.add_argument("--dir", default=None, help="parent of the scratch directory")
     parser.add_argument("--spill-child", nargs=4, help=argparse.SUPPRESS)
+    add_json_argument(parser, "kv")
     args = parser.parse_args(argv)
 
     if args.spill_child:
@@ -840,6 +879,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = Config(False, n, 7, n, 5_000, 2_000_000, 100_000, 21, 300_000_000, 2_000_000, True)
     if args.rounds:
         cfg.rounds = args.rounds
+    record = Record(
+        "kv",
+        quick=cfg.quick,
+        workload={k: v for k, v in vars(cfg).items() if k != "quick"}
+        | {"key_bytes": KEY_SIZE, "value_bytes": VALUE_SIZE, "spill_budget": SPILL_BUDGET},
+        argv=argv,
+    )
     started = time.perf_counter()
     print(
         f"txstore key-value benchmark ({'quick' if args.quick else 'full'}): "
@@ -876,8 +922,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"elapsed {time.perf_counter() - started:.0f} s ({', '.join(took)}), "
         f"load {os.getloadavg()[0]:.2f}"
     )
-    for line in fig.lines():
-        print(line)
+    fig.record(record)
+    record.finish(args.json)
     return 0
 
 

@@ -20,9 +20,11 @@ keep-alive connection, sequential; raw ``http.client`` on one keep-alive connect
 server's own cost); and 4 client threads with their own connections (the server's one-thread-
 per-connection model under concurrency; the client shares this process's GIL).
 
-Run ``python perf/bench_queries.py [--quick]``. The output ends with two ``figure:`` lines:
-``iq_local_vs_direct`` (composite get rate / direct get rate; goal >= 0.8) and
-``http_queries_per_s`` (the sequential ``QueryClient`` rate over keep-alive).
+Run ``python perf/bench_queries.py [--quick] [--json PATH]``. The output ends with two
+``figure:`` lines: ``iq_local_vs_direct`` (composite get rate / direct get rate; goal >= 0.8)
+and ``http_queries_per_s`` (the sequential ``QueryClient`` rate over keep-alive). The JSON record
+(``_record.py``; default ``perf/out/queries.json``) holds them, every local round's timings,
+the HTTP rates (as one time per request each) and the environment.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _harness import Settings, compare, fmt_ns, fmt_ratio, table
+from _harness import Settings, Timing, compare, fmt_ns, fmt_ratio, table
+from _record import Record, add_json_argument
 
 from txstore import Serdes, Stores
 from txstore.queries import (
@@ -89,7 +92,7 @@ def build(state: Path, partitions: int, n: int) -> Application:
     return app
 
 
-def local_section(app: Application, keys: list[str], settings: Settings) -> float:
+def local_section(app: Application, keys: list[str], settings: Settings) -> dict[str, Timing]:
     qt = QueryableStoreTypes.key_value_store()
     params = StoreQueryParameters.from_name_and_type("counts", qt)
     composite = app.store(params)
@@ -151,7 +154,7 @@ def local_section(app: Application, keys: list[str], settings: Settings) -> floa
     )
     spread = max(t.spread for t in res.values())
     print(f"  ({res['direct get'].samples} interleaved rounds; largest spread {spread:.0%})")
-    return base / res["composite get"].median_ns
+    return res
 
 
 def wait_running(host: HostInfo, deadline: float) -> None:
@@ -170,7 +173,8 @@ def wait_running(host: HostInfo, deadline: float) -> None:
     raise SystemExit("the query server did not start")
 
 
-def http_section(state: Path, keys: list[str], seconds: float) -> float:
+def http_section(state: Path, keys: list[str], seconds: float) -> dict[str, float]:
+    """Requests per second of each HTTP variant (``client``: the figure's)."""
     host = HostInfo("127.0.0.1", free_port())
     proc = subprocess.Popen(
         [sys.executable, "-m", "txstore", "serve", str(state), "--application-id", "bench",
@@ -235,7 +239,7 @@ def http_section(state: Path, keys: list[str], seconds: float) -> float:
         client.close()
         for c in raw:
             c.close()
-        return rate_client
+        return {"client": rate_client, "raw": rate_raw, "client x4 threads": rate_threads}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -250,11 +254,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short run (under a minute)")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--keys", type=int, default=0, help="keys in the store")
+    add_json_argument(parser, "queries")
     args = parser.parse_args(argv)
     n = args.keys or (50_000 if args.quick else 200_000)
     queries = 10_000 if args.quick else 50_000
     settings = Settings(repeats=7 if args.quick else 15, target_ns=60_000_000)
     seconds = 2.0 if args.quick else 5.0
+    record = Record(
+        "queries",
+        quick=args.quick,
+        workload={
+            "keys": n,
+            "partitions": args.partitions,
+            "queries_per_round": queries,
+            "rounds": settings.repeats,
+            "http_seconds_per_variant": seconds,
+        },
+        argv=argv,
+    )
     print(
         f"txstore interactive-query benchmark ({'quick' if args.quick else 'full'}): "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -267,14 +284,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         app = build(root / "state", args.partitions, n)
         rnd = random.Random(7)
         keys = [f"key-{rnd.randrange(n)}" for _ in range(queries)]
-        ratio = local_section(app, keys, settings)
+        local = local_section(app, keys, settings)
         app.close()
-        rate = http_section(root / "state", keys, seconds)
+        rates = http_section(root / "state", keys, seconds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"total {time.perf_counter() - started:.1f} s")
-    print(f"figure: iq_local_vs_direct = {ratio:.2f} x")
-    print(f"figure: http_queries_per_s = {rate:.0f} req/s")
+    record.add_timings("local", local, per="query")
+    # one measurement per HTTP variant: requests in ``seconds``, kept as ns per request
+    record.add_timings("http", {k: Timing.of([1e9 / r]) for k, r in rates.items()}, per="request")
+    record.figure(
+        "iq_local_vs_direct",
+        local["direct get"].median_ns / local["composite get"].median_ns,
+        "x",
+        based_on=["local/direct get", "local/composite get"],
+    )
+    record.figure(
+        "http_queries_per_s", rates["client"], "req/s", digits=0, based_on=["http/client"]
+    )
+    record.finish(args.json)
     return 0
 
 

@@ -46,12 +46,13 @@ Quix's keys are the same bytes for the key-value store and Quix's own window key
 column family, in the same ``WriteBatch`` (its legacy-TTL migration census, emptied by
 ``complete_recovery()``): that is its restore path as shipped, so it is timed.
 
-Run ``python perf/bench_restore.py [--quick] [--profile]``. ``--profile`` adds a cProfile of one
-txstore restore of each store. The output ends with
+Run ``python perf/bench_restore.py [--quick] [--profile] [--json PATH]``. ``--profile`` adds a
+cProfile of one txstore restore of each store. The output ends with
 ``figure: restore_records_per_s = <n> rec/s`` (txstore, timestamped key-value store, durable
 default, open + restore + close) and ``figure: restore_vs_quix = <x> x`` (txstore records/s over
 Quix's on the same key-value records; goal >= 3), then ``figure: restore_window_vs_quix = <x> x``
-(the same ratio for the window store, held to the same goal).
+(the same ratio for the window store, held to the same goal). The JSON record (``_record.py``;
+default ``perf/out/restore.json``) holds them, every round's phase timings and the environment.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from functools import partial
 from typing import Any
 
 from _harness import Timing, compare_staged, fmt_ns, fmt_ratio, table
+from _record import Record, add_json_argument
 
 # Submodules, not ``import txstore``: the editable install registers ``txstore`` as a namespace
 # package, so its ``__init__`` is not loaded when run from perf/.
@@ -571,8 +573,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200k records, 3 rounds (< 1 min)")
     parser.add_argument("--profile", action="store_true", help="cProfile one txstore restore")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    add_json_argument(parser, "restore")
     args = parser.parse_args(argv)
     n, rounds = (200_000, 3) if args.quick else (1_000_000, 5)
+    record = Record(
+        "restore",
+        quick=args.quick,
+        workload={
+            "records_per_store": n,
+            "key_bytes": KEY_SIZE,
+            "value_bytes": VALUE_SIZE,
+            "changelog_commit_every": COMMIT_EVERY,
+            "restore_batch": RESTORE_BATCH,
+            "rounds": rounds,
+        },
+        argv=argv,
+    )
     started = time.perf_counter()
     print(
         f"txstore restore benchmark ({'quick' if args.quick else 'full'}): Python "
@@ -648,9 +664,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nwindow store: txstore {rate(results[WINDOW]['txstore window']['total']):,.0f} "
               f"rec/s, {w_ratio:.2f}x Quix")  # fmt: skip
         print(f"run time {time.perf_counter() - started:.0f} s; goal: restore_vs_quix >= 3\n")
-        print(f"figure: restore_records_per_s = {tx_rate:.0f} rec/s")
-        print(f"figure: restore_vs_quix = {ratio:.2f} x")
-        print(f"figure: restore_window_vs_quix = {w_ratio:.2f} x")
+        record.add_timings("kv", kv, per="record")
+        record.add_timings("window", results[WINDOW], per="record")
+        record.figure(
+            "restore_records_per_s", tx_rate, "rec/s", digits=0, based_on=["kv/txstore kv/total"]
+        )
+        record.figure(
+            "restore_vs_quix", ratio, "x", based_on=["kv/quix kv/total", "kv/txstore kv/total"]
+        )
+        record.figure(
+            "restore_window_vs_quix",
+            w_ratio,
+            "x",
+            based_on=["window/quix window/total", "window/txstore window/total"],
+        )
+        record.finish(args.json)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

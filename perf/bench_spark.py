@@ -20,10 +20,11 @@ listing and footers for Parquet), the scan and the aggregation. The three result
 equal. For context, the executor-side Python cost is timed without Spark too (the ``read_task``
 generator of every partition in this process: LMDB scan, decoding, Arrow batches).
 
-Run ``python perf/bench_spark.py [--quick]`` (``--quick``: 3 rounds, under two minutes; full:
-7 rounds). The output ends with ``figure: spark_read_vs_parquet = <x> x`` (median ``txstore
-live`` time / median ``parquet`` time; goal <= 2) and ``figure: spark_rows_per_s = <n> rows/s``
-(``N`` / median ``txstore live`` time).
+Run ``python perf/bench_spark.py [--quick] [--json PATH]`` (``--quick``: 3 rounds, under two
+minutes; full: 7 rounds). The output ends with ``figure: spark_read_vs_parquet = <x> x`` (median
+``txstore live`` time / median ``parquet`` time; goal <= 2) and ``figure: spark_rows_per_s =
+<n> rows/s`` (``N`` / median ``txstore live`` time). The JSON record (``_record.py``; default
+``perf/out/spark.json``) holds them, every round's query time and the environment.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _harness import fmt_ratio, table
+from _harness import Timing, fmt_ratio, table
+from _record import Record, add_json_argument
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = "counts"
@@ -110,8 +112,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
     parser.add_argument("--rounds", type=int, default=0, help="interleaved rounds (override)")
+    add_json_argument(parser, "spark")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
+    record = Record(
+        "spark",
+        quick=args.quick,
+        workload={
+            "rows": args.rows,
+            "partitions": args.partitions,
+            "spark_cores": args.cores,
+            "rounds": rounds,
+        },
+        argv=argv,
+    )
     started = time.perf_counter()
     print(
         f"txstore Spark benchmark ({'quick' if args.quick else 'full'}): Python "
@@ -128,8 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         t0 = time.perf_counter()
         snapshot_state_dir(state, snap)
         print(f"snapshot: {time.perf_counter() - t0:.2f} s")
-        py_s, py_n = min(python_read_seconds(state) for _ in range(2))
+        py_runs = [python_read_seconds(state) for _ in range(2)]
+        py_s, py_n = min(py_runs)
         assert py_n == args.rows
+        record.add_timings(
+            "python_read",
+            {"read_task, 1 core": Timing.of([s * 1e9 / n for s, n in py_runs])},
+            per="row",
+        )
         print(
             f"executor-side Python alone (LMDB scan + decode + Arrow, 1 core): {py_s:.2f} s, "
             f"{py_n / py_s:,.0f} rows/s"
@@ -198,8 +218,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print()
     print(f"elapsed {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
-    print(f"figure: spark_read_vs_parquet = {med['txstore live'] / base:.2f} x")
-    print(f"figure: spark_rows_per_s = {args.rows / med['txstore live']:.0f} rows/s")
+    record.add_timings(
+        "query", {name: Timing.of([x * 1e9 for x in s]) for name, s in samples.items()}, per="query"
+    )
+    record.figure(
+        "spark_read_vs_parquet",
+        med["txstore live"] / base,
+        "x",
+        based_on=["query/txstore live", "query/parquet"],
+    )
+    record.figure(
+        "spark_rows_per_s",
+        args.rows / med["txstore live"],
+        "rows/s",
+        digits=0,
+        based_on=["query/txstore live"],
+    )
+    record.finish(args.json)
     return 0
 
 

@@ -22,7 +22,9 @@ Values go through each store's own serializer (txstore: ``Serdes.string()``; Qui
 JSON ``dumps``/``loads``), keys are the same strings (Quix takes the UTF-8 bytes as its prefix).
 Quix Streams is driven standalone: no Kafka broker, no changelog producer.
 
-Run ``python perf/bench_window.py [--quick]``. The output ends with three ``figure:`` lines.
+Run ``python perf/bench_window.py [--quick] [--json PATH]``. The output ends with three
+``figure:`` lines; the JSON record (``_record.py``; default ``perf/out/window.json``) holds them,
+every round's timings and the environment.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from collections import deque
 from typing import Any
 
 from _harness import Settings, compare, fmt_ns, fmt_ratio, table
+from _record import Record, add_json_argument
 
 import txstore
 from txstore import Headers, Serdes, Stores, ValueAndHeaders, ValueTimestampHeaders
@@ -169,11 +172,23 @@ def bench_bytes(root: str, n_keys: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer keys and rounds (< 1 minute)")
+    add_json_argument(ap, "window")
     args = ap.parse_args()
     if args.quick:
         n_keys, settings = 10_000, Settings(repeats=3, target_ns=200_000_000, warmup=1)
     else:
         n_keys, settings = 50_000, Settings(repeats=7, target_ns=1_000_000_000, warmup=1)
+    record = Record(
+        "window",
+        quick=args.quick,
+        workload={
+            "keys": n_keys,
+            "windows_per_key": len(STARTS),
+            "value_chars": len(VALUE),
+            "rounds": settings.repeats,
+            "sample_target_ns": settings.target_ns,
+        },
+    )
     print(
         f"txstore window stores vs Quix Streams {quix_version()}; Python "
         f"{platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs"
@@ -209,11 +224,23 @@ def main() -> None:
     print(table(["operation", "txstore", "quix", "quix / txstore", "spread"], rows))
     print(f"\nstored value bytes per record, timestamped-with-headers minus plain-with-headers: "
           f"{by_values:.2f} B (LMDB pages in use: {by_pages:+.2f} B per record)\n")  # fmt: skip
-    put_ratio = q_put.median_ns / t_put.median_ns
-    fetch_ratio = q_fetch.median_ns / t_fetch.median_ns
-    print(f"figure: window_put_commit_vs_quix = {put_ratio:.2f} x")
-    print(f"figure: window_fetch_vs_quix = {fetch_ratio:.2f} x")
-    print(f"figure: plain_headers_bytes_saved_per_record = {by_values:.0f} B")
+    record.add_timings("put_commit", puts, per="put")
+    record.add_timings("fetch", fetches, per="fetch")
+    record.add_timings("fetch_dirty", r["dirty"], per="fetch")
+    record.figure(
+        "window_put_commit_vs_quix",
+        q_put.median_ns / t_put.median_ns,
+        "x",
+        based_on=["put_commit/quix", "put_commit/txstore"],
+    )
+    record.figure(
+        "window_fetch_vs_quix",
+        q_fetch.median_ns / t_fetch.median_ns,
+        "x",
+        based_on=["fetch/quix", "fetch/txstore"],
+    )
+    record.figure("plain_headers_bytes_saved_per_record", by_values, "B", digits=0)
+    record.finish(args.json)
 
 
 def quix_version() -> str:

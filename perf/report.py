@@ -1,9 +1,10 @@
-"""The performance report: saved benchmark outputs -> the table and chart of docs/performance.md.
+"""The performance report: benchmark JSON records -> the table and chart of docs/performance.md.
 
-Every benchmark (``perf/bench_*.py``) and the crash harness end their output with lines
-``figure: <name> = <value> <unit>``. ``make bench-full`` saves each full run's output as
-``perf/results/<name>.txt`` (first line ``# run: <date> <commit>``); this script reads those
-files and
+Every benchmark (``perf/bench_*.py``) writes a JSON record of its run (``perf/_record.py``: its
+figures, the raw timings they come from, the workload and the environment) besides printing
+``figure: <name> = <value> <unit>`` lines. ``make bench-full`` saves each full run as
+``perf/results/<name>.json`` (the record) and ``perf/results/<name>.txt`` (the output, a log
+for people: first line ``# run: <date> <commit>``); this script reads the records only and
 
 * rewrites the figures table of ``docs/performance.md`` (between the two ``figures`` marker
   comments): every figure, its value, its goal and whether the goal is met;
@@ -12,22 +13,30 @@ files and
 
 ``python perf/report.py --run kv,window,crashtest`` first runs those benchmarks at full size
 (``crashtest``: the long harness pass, 1,000 kills, recovery versus wipe up to 1M keys, its
-plot copied to ``docs/img/crashtest.png``), streaming their output and saving it, then updates
-the page. ``python perf/report.py --check`` changes nothing and exits 1 when the page's table
-differs from what the saved results give (the test suite runs it, so the page cannot drift
-from the results). Nothing here measures anything: it only reads what the benchmarks printed.
+plot copied to ``docs/img/crashtest.png``; its record is made from the harness's own
+``crashtest.json``), streaming their output and saving it with the record, then updates the
+page. ``python perf/report.py --check`` changes nothing and exits 1 when the page's table
+differs from what the records give (the test suite runs it, so the page cannot drift from the
+results). ``--export-pyperf DIR`` writes each record's raw timings as ``DIR/<name>.json``, a
+pyperf BenchmarkSuite file (``python -m pyperf show|stats|compare_to``). A record that cannot be
+read (not JSON, another schema, a quick run, a figure without a numeric value...) is an error,
+never a gap in the table. Nothing here measures anything: it only reads what the benchmarks
+recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import math
 import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "perf" / "results"
@@ -36,9 +45,10 @@ CHART = ROOT / "docs" / "img" / "perf-goals.png"
 BEGIN = "<!-- figures:begin (perf/report.py writes this table) -->"
 END = "<!-- figures:end -->"
 
-FIGURE = re.compile(r"^figure: ([a-z0-9_]+) = (-?[0-9.]+)(?: (.+?))?\s*$")
-ANY_FIGURE = re.compile(r"^figure:")
-RUN = re.compile(r"^# run: (.+)$")
+SCHEMA = "txstore-bench/1"  # perf/_record.py writes it
+NAME = re.compile(r"^[a-z0-9_]+$")
+# the crash harness's JSON carries its figures as the lines it prints
+FIGURE = re.compile(r"^figure: ([a-z0-9_]+) = (-?[0-9]+(?:\.[0-9]+)?)(?: (.+?))?\s*$")
 
 
 @dataclass(frozen=True)
@@ -91,11 +101,11 @@ GOALS: dict[str, Goal] = {
 
 @dataclass(frozen=True)
 class Figure:
-    source: str  # results file stem: "kv" for bench_kv's output, "crashtest"
+    source: str  # the record's bench: "kv" for bench_kv's record, "crashtest"
     name: str
     value: float
     unit: str
-    run: str  # the "# run:" line of its file ("" if none)
+    run: str  # "<date> <commit>" of the record's run
 
     @property
     def goal(self) -> Goal | None:
@@ -103,34 +113,82 @@ class Figure:
 
 
 class ReportError(Exception):
-    """A results file that cannot be read as benchmark output."""
+    """A results file that cannot be read as a benchmark record."""
 
 
-def parse(path: Path) -> list[Figure]:
-    """The figures of one saved output; the last line of a name wins (a rerun appended)."""
-    run = ""
+_KINDS: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+
+
+def _field(path: Path, data: dict[str, Any], key: str, kind: type) -> Any:
+    value = data.get(key)
+    if not isinstance(value, kind):
+        raise ReportError(f"{path}: {key!r} is missing or not {_KINDS[kind]}: {value!r}")
+    return value
+
+
+def load(path: Path) -> list[Figure]:
+    """The figures of one record (``perf/_record.py``), in its order; checks the record first.
+
+    A figure the page cannot show (a value that is no number, such as ``"1,234"`` or ``"not
+    measured"``, a missing unit or name) must not drop out of the table unseen: it is an error;
+    so is a quick run's record (the page shows full runs).
+    """
+    data, figures = read_record(path)
+    if data.get("size") != "full":
+        raise ReportError(
+            f"{path}: a {data.get('size')!r} run; the page shows full runs only "
+            f"(perf/report.py --run {data['bench']})"
+        )
+    return figures
+
+
+def read_record(path: Path) -> tuple[dict[str, Any], list[Figure]]:
+    """A record (any size) and its figures; :class:`ReportError` if it is malformed."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ReportError(f"{path}: not a benchmark record (schema {SCHEMA!r})")
+    bench = _field(path, data, "bench", str)
+    if bench != path.stem:
+        raise ReportError(f"{path}: the record of {bench!r} in a file named {path.name!r}")
+    if data.get("size") not in ("quick", "full"):
+        raise ReportError(f"{path}: 'size' is neither 'quick' nor 'full': {data.get('size')!r}")
+    run = _field(path, data, "run", dict)
+    label = f"{_field(path, run, 'date', str)} {_field(path, run, 'commit', str)}"
+    _field(path, data, "environment", dict)
+    figures = _field(path, data, "figures", list)
+    if not figures:
+        raise ReportError(f"{path}: no figures")
     found: dict[str, Figure] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if m := RUN.match(line):
-            run = m.group(1)
-        elif m := FIGURE.match(line):
-            name, value, unit = m.group(1), float(m.group(2)), m.group(3) or ""
-            found[name] = Figure(path.stem, name, value, unit, run)
-        elif ANY_FIGURE.match(line):
-            # a figure a benchmark printed but this page cannot read (a "1,234" value, a
-            # "not measured" note) must not drop out of the table unseen
-            raise ReportError(f"{path}:{number}: unreadable figure line: {line!r}")
-    if not found:
-        raise ReportError(f"{path}: no 'figure: <name> = <value> <unit>' line")
-    return list(found.values())
+    for i, entry in enumerate(figures):
+        where = f"{path}: figure {i}"
+        if not isinstance(entry, dict):
+            raise ReportError(f"{where}: not an object: {entry!r}")
+        name, value, unit = entry.get("name"), entry.get("value"), entry.get("unit")
+        if not isinstance(name, str) or not NAME.match(name):
+            raise ReportError(f"{where}: bad name {name!r}")
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+        ):
+            raise ReportError(f"{where} ({name}): the value is no finite number: {value!r}")
+        if not isinstance(unit, str):
+            raise ReportError(f"{where} ({name}): the unit is no string: {unit!r}")
+        if name in found:
+            raise ReportError(f"{where}: {name!r} appears twice")
+        found[name] = Figure(bench, name, value, unit, label)
+    return data, list(found.values())
 
 
 def collect(results: Path) -> list[Figure]:
-    """Every figure of every ``*.txt`` in ``results``, ordered by file name then output order."""
-    files = sorted(results.glob("*.txt"))
+    """Every figure of every ``*.json`` record in ``results``, by file name then record order."""
+    files = sorted(results.glob("*.json"))
     if not files:
-        raise ReportError(f"{results}: no saved benchmark outputs (*.txt); run make bench-full")
-    return [f for path in files for f in parse(path)]
+        raise ReportError(f"{results}: no benchmark records (*.json); run make bench-full")
+    return [f for path in files for f in load(path)]
 
 
 def _number(value: float) -> str:
@@ -200,18 +258,23 @@ def draw(figures: list[Figure], dest: Path) -> None:
     plt.close(fig)
 
 
-BENCHES = ("codecs", "kv", "window", "changelog", "restore", "queries", "spark")
+BENCHES = ("codecs", "kv", "window", "changelog", "restore", "queries", "spark", "check")
 CRASHTEST = ["--kills", "1000", "--seed", "1000", "--wipe-sizes", "10k,100k,1m"]
 
 
 def run(name: str, results: Path) -> None:
     """Run one full benchmark (or the long crash-harness pass), streaming its output to the
-    terminal and to ``results/<name>.txt``; raise :class:`ReportError` if it fails."""
+    terminal and to ``results/<name>.txt``, its record to ``results/<name>.json``; raise
+    :class:`ReportError` if it fails."""
+    # the record is written into results/.partial/ and moved beside the log once it reads
+    log_path, record_path = results / f"{name}.txt", results / f"{name}.json"
+    record_partial = results / ".partial" / f"{name}.json"
     if name == "crashtest":
         out = ROOT / "perf" / "out" / "crashtest"
         cmd = [sys.executable, "-m", "txstore", "crashtest", *CRASHTEST, "--out", str(out)]
     elif name in BENCHES:
-        cmd = [sys.executable, str(ROOT / "perf" / f"bench_{name}.py")]
+        script = ROOT / "perf" / f"bench_{name}.py"
+        cmd = [sys.executable, str(script), "--json", str(record_partial)]
     else:
         raise ReportError(f"unknown benchmark {name!r}; known: {', '.join(BENCHES)}, crashtest")
     commit = subprocess.run(
@@ -228,22 +291,79 @@ def run(name: str, results: Path) -> None:
             log.write(line)
         if proc.wait() != 0:
             raise ReportError(f"{' '.join(cmd)} failed with exit code {proc.returncode}")
-    partial.replace(results / f"{name}.txt")
+    if name == "crashtest":
+        crashtest_record(out / "crashtest.json", record_partial, cmd[1:])
+    load(record_partial)  # a record the page cannot read fails the run and replaces nothing
+    record_partial.replace(record_path)
+    record_partial.parent.rmdir()
+    partial.replace(log_path)
     if name == "crashtest":
         shutil.copyfile(out / "crashtest.png", CHART.parent / "crashtest.png")
 
 
+def crashtest_record(harness_json: Path, dest: Path, command: list[str]) -> None:
+    """The record of a crash-harness pass, made from the harness's own JSON: its figures
+    (the lines it printed), every recovery time after a kill, its totals and configuration."""
+    if str(ROOT / "perf") not in sys.path:
+        sys.path.insert(0, str(ROOT / "perf"))
+    from _harness import Timing
+    from _record import Record
+
+    data = json.loads(harness_json.read_text(encoding="utf-8"))
+    record = Record("crashtest", quick=False, workload=data.get("config") or {})
+    record.command = ["-m", "txstore", *command[2:]]
+    record.details["totals"] = data.get("totals")
+    ms = [
+        r["ms"] * 1e6
+        for r in data.get("recoveries", [])
+        if r.get("after") not in ("start", "wipe-restore") and r.get("ms", 0) > 0
+    ]
+    if ms:
+        record.add_timings("recovery", {"after a kill": Timing.of(ms)}, per="recovery")
+    for line in data.get("figures", []):
+        m = FIGURE.match(line)
+        if not m:
+            raise ReportError(f"{harness_json}: unreadable figure line: {line!r}")
+        text = m.group(2)
+        digits = len(text.partition(".")[2])
+        record.figure(m.group(1), float(text), m.group(3) or "", digits=digits)
+    record.write(dest)
+
+
+def export_pyperf(results: Path, dest: Path) -> list[Path]:
+    """Each record's raw timings as ``dest/<name>.json`` (pyperf BenchmarkSuite files)."""
+    written = []
+    for path in sorted(results.glob("*.json")):
+        timings = read_record(path)[0].get("timings")
+        if timings:
+            dest.mkdir(parents=True, exist_ok=True)
+            out = dest / path.name
+            out.write_text(json.dumps(timings) + "\n", encoding="utf-8")
+            written.append(out)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", type=Path, default=RESULTS, help="saved outputs (*.txt)")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="benchmark records (*.json)")
     ap.add_argument("--page", type=Path, default=PAGE, help="the page holding the table")
     ap.add_argument("--chart", type=Path, default=CHART, help="the PNG to write")
     ap.add_argument(
         "--check", action="store_true", help="change nothing; exit 1 if the page is out of date"
     )
     ap.add_argument("--run", default="", help="comma-separated benchmarks to run first")
+    ap.add_argument(
+        "--export-pyperf",
+        type=Path,
+        metavar="DIR",
+        help="write each record's raw timings as DIR/<name>.json (pyperf suites), nothing else",
+    )
     args = ap.parse_args(argv)
     try:
+        if args.export_pyperf:
+            for out in export_pyperf(args.results, args.export_pyperf):
+                print(out)
+            return 0
         for name in filter(None, args.run.split(",")):
             run(name, args.results)
         figures = collect(args.results)
