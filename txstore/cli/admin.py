@@ -166,7 +166,7 @@ def _check(
     with out.bar("check", len(parts)) as bar:
         for number, pdir in parts.items():
             bar.update(description=f"check partition {'' if number is None else number}")
-            one = admin.check(pdir, deep=deep)
+            one = _check_one(pdir, deep)
             report.partitions += one.partitions
             report.stores += one.stores
             report.rows_read += one.rows_read
@@ -190,6 +190,23 @@ def _check(
             click.echo(f"{label} {where}{p.what}: {p.detail}")
     click.echo("ok" if report.ok else f"{len(report.problems)} problem(s)")
     return EXIT_OK if report.ok else EXIT_NEGATIVE
+
+
+def _check_one(pdir: Any, deep: bool) -> Any:
+    """:func:`txstore.runtime.admin.check` of one partition directory of a state directory;
+    one that cannot be opened (its data/ lost) is a problem, as in a whole-directory check."""
+    from txstore.engine.partition import Partition
+    from txstore.errors import TxStoreError
+    from txstore.runtime import admin
+
+    if not (pdir / "data").is_dir():
+        report = admin.CheckReport(deep=deep, partitions=1)
+        try:
+            Partition(pdir, readonly=True).close()
+        except TxStoreError as exc:
+            report.problems.append(admin.Problem(None, "cannot open", str(exc)))
+        return report
+    return admin.check(pdir, deep=deep)
 
 
 def register(group: click.Group, context: dict[str, Any]) -> None:

@@ -22,6 +22,11 @@ partitions' metadata. Membership: --assignment FILE (a static assignment, re-rea
 changes), --registry DIR (instances register in a shared directory and share the partitions),
 or neither (every partition of STATE_DIR, or --num-partitions of them, here). Binds loopback
 only unless --allow-remote; --token-file (or TXSTORE_TOKEN) requires a bearer token.
+
+\b
+Example:
+  txstore serve demo-out/state --application-id page-views --application-server 127.0.0.1:7070
+  curl -s 127.0.0.1:7070/v1/health
 """
 
 
