@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,33 @@ def test_retention_is_the_deprecated_spelling_of_retention_period(tmp_path: Path
             db.window_store("x", retention=1, retention_period=1, window_size=1)
         with pytest.raises(InvalidArgumentError, match="required"):
             db.session_store("y")
+
+
+def test_task_transaction_commits_or_aborts(tmp_path: Path) -> None:
+    builder = txstore.Stores.key_value_store_builder(
+        txstore.Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+    )
+    with txstore.Task(tmp_path) as task:
+        counts = task.key_value_store(builder)
+        task.initialize()
+        with task.transaction(input_position=1) as tx:
+            counts.put("a", 1)
+        assert tx.state == "committed" and task.input_position == 1
+        with pytest.raises(RuntimeError), task.transaction(input_position=2):
+            counts.put("a", 2)
+            counts.put("b", 2)
+            raise RuntimeError("a bad record")
+        assert counts.get("a") == 1 and counts.get("b") is None
+        with pytest.raises(OffsetError), task.transaction(input_position=0):  # backwards
+            counts.put("c", 3)
+        assert counts.get("c") is None and task.input_position == 1
+        with task.transaction(input_position=3):
+            counts.put("d", 4)
+    # what the changelog holds is exactly what was committed: restore from it alone
+    shutil.rmtree(tmp_path / "data")
+    with txstore.Task(tmp_path) as task:
+        counts = task.key_value_store(builder)
+        task.initialize()
+        assert task.input_position == 3
+        with counts.all() as it:
+            assert [(kv.key, kv.value) for kv in it] == [("a", 1), ("d", 4)]

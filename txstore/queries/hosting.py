@@ -77,7 +77,8 @@ class PartitionWriter:
         One changelog commit per store, then one LMDB write transaction committing every
         store of the partition with its changelog offset (O(u log n) for ``u`` staged writes,
         plus the syncs unless ``sync=False``). Raises :class:`~txstore.errors.InvalidTypeError`
-        for a non-``int`` ``input_position`` (a smaller one than last time is accepted) and
+        for a non-``int`` ``input_position``, :class:`~txstore.errors.OffsetError` for a
+        negative one or one below the last committed position, and
         :class:`~txstore.errors.StoreClosedError` once the task is closed.
         """
         self._hosted.task.commit(input_position)

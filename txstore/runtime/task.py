@@ -85,6 +85,7 @@ from txstore.errors import (
     TaskCorruptedError,
 )
 from txstore.runtime.database import Database
+from txstore.runtime.transaction import Transaction
 from txstore.stores.assembly import StoreKind, StoreStack
 from txstore.stores.builders import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
 from txstore.stores.kv import KeyValueStore
@@ -478,6 +479,31 @@ class Task:
             + f": retry commit({partial.position}) before processing anything else, call "
             "abort() to undo it, or close the task (initialize() undoes it); nothing was written"
         )
+
+    def transaction(self, input_position: int) -> Transaction:
+        """A ``with`` block whose processing is all or nothing: on a normal end,
+        :meth:`commit` ``(input_position)``; on an exception (or a refused commit),
+        :meth:`abort`, and the exception goes on. O(1) to open.
+
+        >>> import tempfile
+        >>> from txstore import Serdes, Stores
+        >>> with Task(tempfile.mkdtemp()) as task:
+        ...     counts = task.key_value_store(Stores.key_value_store_builder(
+        ...         Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()))
+        ...     report = task.initialize()
+        ...     with task.transaction(input_position=1):
+        ...         counts.put("a", 1)
+        ...     try:
+        ...         with task.transaction(input_position=2):
+        ...             counts.put("a", 2)
+        ...             raise ValueError("bad record")
+        ...     except ValueError:
+        ...         pass
+        ...     task.input_position, counts.get("a")
+        (1, 1)
+        """
+        self._check_running()
+        return Transaction(lambda: self.commit(input_position), self.abort)
 
     def abort(self) -> None:
         """Discard everything since the last commit (store overlays and changelog tails), and
