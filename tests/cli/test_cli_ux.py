@@ -264,6 +264,29 @@ def test_missing_extras_in_a_real_venv_without_them(state: Path, tmp_path: Path)
     assert time.monotonic() - started < 120
 
 
+@pytest.mark.slow  # two JVM start-ups, ~50 s; test_export_writes_a_temporary_sibling... is fast
+def test_export_through_a_real_jvm_keeps_quiet_and_leaves_only_dest(
+    state: Path, tmp_path: Path
+) -> None:
+    """-q: nothing on stderr (the JVM's log lines and stack traces included). A Spark job that
+    fails is one line, and leaves no temporary directory behind."""
+    pytest.importorskip("pyspark")
+    from txstore.spark.export import java_problem
+
+    if java_problem() is not None:
+        pytest.skip(f"no Java for Spark: {java_problem()}")
+    out = tmp_path / "out"
+    proc = txstore("export", str(state / "0"), str(out), "--store", "win_th", "-q", "--json")
+    assert proc.stderr == ""
+    [result] = json_lines(proc.stdout)
+    assert result["rows"] == 10 and result["dest"] == str(out)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    bad = txstore("export", str(state / "0"), str(tmp_path / "bad"), "--store", "kv_plain", "-q",
+                  "--value-schema", "x INT", check=False)  # fmt: skip
+    assert_one_line(bad, 2, "txstore export: error: InvalidArgumentError: option valueSchema")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
 # ---- export: nothing half-written ---------------------------------------------------------
 
 

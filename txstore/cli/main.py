@@ -185,15 +185,16 @@ def snapshot(
 # ---- export ---------------------------------------------------------------------------------
 
 
-def _spark_error(exc: BaseException) -> str:
-    """The txstore error inside a Spark exception (raised in a Python worker), else its
-    first line."""
+def _spark_error(exc: BaseException) -> tuple[str, int]:
+    """The txstore error inside a Spark exception (raised in a Python worker), else its first
+    line; and its exit code (2 for an InvalidArgumentError, 3 otherwise)."""
     text = str(exc)
     found = re.findall(r"txstore\.(?:[a-z_.]+\.)?([A-Za-z]+Error): (.*)", text)
     if found:
         name, message = found[-1]
-        return f"{name}: {message.strip()}"
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        code = EXIT_USAGE if name == "InvalidArgumentError" else EXIT_ERROR
+        return f"{name}: {message.strip()}", code
+    return (text.strip().splitlines()[0] if text.strip() else type(exc).__name__), EXIT_ERROR
 
 
 @cli.command(context_settings=_CONTEXT)
@@ -311,9 +312,8 @@ def export(
                 )
             except PySparkException as exc:
                 where = f" (Spark's log: {log})" if log else ""
-                raise CliError(
-                    f"txstore export: error: {_spark_error(exc)}{where}", EXIT_ERROR
-                ) from exc
+                message, code = _spark_error(exc)
+                raise CliError(f"txstore export: error: {message}{where}", code) from exc
         failed = False
     finally:
         if owned:
