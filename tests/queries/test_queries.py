@@ -727,17 +727,17 @@ def test_serve_command_reports_bad_input(
         args = ["serve", str(state), "--application-id", "app", "--application-server", server]
         return main([*args, *extra])
 
-    assert serve(tmp_path / "missing") == 1
+    assert serve(tmp_path / "missing") == 2  # exit codes: docs/cli.md
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert serve(tmp_path / "empty") == 1
+    assert serve(tmp_path / "empty") == 2
     assert "no stores found" in capsys.readouterr().err
     app = make_app(tmp_path / "state")
     app.start()
     app.close()
     bad = tmp_path / "assignment.json"
     bad.write_text('{"num_partitions": 2, "instances": {"h:1": {"active": [7]}}}')
-    assert serve(tmp_path / "state", "--assignment", str(bad)) == 1
+    assert serve(tmp_path / "state", "--assignment", str(bad)) == 2
     assert "outside 0..1" in capsys.readouterr().err
-    assert serve(tmp_path / "state", server="10.9.8.7:7070") == 1
+    assert serve(tmp_path / "state", server="10.9.8.7:7070") == 2
     assert "loopback" in capsys.readouterr().err

@@ -241,7 +241,7 @@ def test_registry_members_take_over_a_killed_member(tmp_path: Path) -> None:
     state, registry = tmp_path / "state", tmp_path / "registry"
     load_state(state)
     hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
-    args = ["--registry", str(registry), "--partitions", str(N), "--session-timeout", "1.5"]
+    args = ["--registry", str(registry), "--num-partitions", str(N), "--session-timeout", "1.5"]
     procs = [serve(state, h, *args) for h in hosts]
     try:
 
