@@ -106,6 +106,15 @@ def test_every_data_command_prints_json_lines(state: Path, tmp_path: Path) -> No
     assert summary["ok"] is True and summary["totals"]["kills"] == 1 and ct.stderr == ""
 
 
+def test_progress_bars_go_to_stderr_on_a_terminal_or_when_asked(state: Path) -> None:
+    plain = txstore("check", str(state))
+    assert plain.stderr == ""  # stderr is not a terminal here, and no bar was asked for
+    asked = txstore("check", str(state), "--progress", "--json")
+    [report] = json_lines(asked.stdout)  # stdout: the JSON only
+    assert report["ok"] is True and "2/2" in asked.stderr
+    assert txstore("check", str(state), "--progress", "-q").stderr == ""  # -q wins
+
+
 def test_partitions_means_the_same_in_every_command(state: Path, tmp_path: Path) -> None:
     for args in (("dump", str(state), "kv_plain"), ("check", str(state)),
                  ("snapshot", str(state), str(tmp_path / "s"))):  # fmt: skip

@@ -47,6 +47,7 @@ __all__ = [
     "quiet_option",
     "require_java",
     "require_modules",
+    "silence_stdout",
     "text_of",
     "to_plain",
 ]
@@ -88,10 +89,24 @@ class TxCommand(click.Command):
 
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # the reader went away (txstore dump ... | head): not an error
+            silence_stdout()
+            return EXIT_OK
         except InvalidArgumentError as exc:
             raise CliError(f"{ctx.command_path}: error: {exc}", EXIT_USAGE) from exc
         except TxStoreError as exc:
             raise CliError(f"{ctx.command_path}: error: {exc}", EXIT_ERROR) from exc
+
+
+def silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the interpreter's final flush does
+    not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout is not a file
+        pass
 
 
 # ---- options that mean one thing in every command ------------------------------------------
@@ -286,7 +301,7 @@ class Reporter:
             return
         line = f"txstore {self.command}: {text}"
         if self._progress is not None:
-            self._progress.console.print(line, markup=False, highlight=False)
+            self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
         else:
             print(line, file=sys.stderr, flush=True)
 

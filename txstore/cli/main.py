@@ -37,6 +37,7 @@ from txstore.cli.common import (
     quiet_option,
     require_java,
     require_modules,
+    silence_stdout,
 )
 from txstore.version import __version__
 
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("txstore: interrupted", err=True)
         return 130
     except BrokenPipeError:  # the reader went away (txstore dump ... | head): not an error
-        _silence_stdout()
+        silence_stdout()
         return EXIT_OK
     except ModuleNotFoundError as exc:  # an optional module a command imports
         if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "matplotlib", "py4j"):
@@ -363,17 +364,6 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_DEPENDENCY
         raise
     return rv if isinstance(rv, int) else EXIT_OK
-
-
-def _silence_stdout() -> None:
-    """After a broken pipe: point stdout at /dev/null so the interpreter's final flush does
-    not fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # pragma: no cover - stdout is not a file
-        pass
 
 
 if __name__ == "__main__":

@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 
-from txstore.cli.common import EXIT_ERROR, EXIT_OK, CliError, Reporter, quiet_option
+from txstore.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    CliError,
+    Reporter,
+    progress_option,
+    quiet_option,
+)
 
 __all__ = ["register"]
 
@@ -97,6 +104,7 @@ def register(group: click.Group, context: dict[str, Any]) -> None:
             help="Import MODULE first (e.g. one that registers custom serdes); repeatable.",
         ),
         quiet_option,
+        progress_option,
     ]
     f: Any = serve
     for option in reversed(options):
@@ -127,6 +135,7 @@ def serve(
     max_request_bytes: int,
     imports: tuple[str, ...],
     quiet: bool,
+    progress: bool | None,
 ) -> int:
     """Run ``txstore serve`` until SIGINT or SIGTERM; returns the exit code."""
     from txstore.queries.application import Application
@@ -135,7 +144,7 @@ def serve(
     from txstore.queries.topology import builders_from_state_dir
     from txstore.runtime.statedir import partition_dirs
 
-    out = Reporter("serve", quiet)
+    out = Reporter("serve", quiet, progress)
     if assignment and registry:
         raise click.UsageError("--assignment and --registry exclude each other")
     if registry and num_partitions is None:
@@ -164,7 +173,17 @@ def serve(
         if n is None:
             n = max(partition_dirs(state_dir)) + 1
 
+    restores: dict[tuple[int, str], tuple[int, int]] = {}
+    bar: list[Any] = []  # the restore bar while the instance starts (a terminal, or --progress)
+
     def restored(partition: int, prog: Any) -> None:
+        """Restore progress (a task's initialize(), on the application's thread)."""
+        restores[partition, prog.store] = (prog.restored, prog.total)
+        if bar:
+            bar[0].update(
+                completed=sum(r for r, _ in restores.values()),
+                total=sum(t for _, t in restores.values()),
+            )
         if prog.total and prog.restored == prog.total:
             out.say(
                 f"partition {partition}: store {prog.store} restored "
@@ -200,15 +219,19 @@ def serve(
     try:
         server.start()
         out.say(f"starting {application_id!r} with stores {[b.name for b in builders]}")
-        app.start(timeout=0)
-        while not stop.is_set() and not app.state.name.startswith(("ERROR", "PENDING_ERROR")):
-            if app.state.name == "RUNNING":
-                out.say(
-                    f"serving {server.url}: active partitions {app.active_partitions}, "
-                    f"standby {app.standby_partitions}"
-                )
-                break
-            stop.wait(0.1)
+        with out.bar("restore", None) as restore_bar:
+            bar.append(restore_bar)
+            app.start(timeout=0)
+            while not stop.is_set() and not app.state.name.startswith(("ERROR", "PENDING_ERROR")):
+                if app.state.name == "RUNNING":
+                    break
+                stop.wait(0.1)
+            bar.clear()
+        if app.state.name == "RUNNING":
+            out.say(
+                f"serving {server.url}: active partitions {app.active_partitions}, "
+                f"standby {app.standby_partitions}"
+            )
         while not stop.is_set() and app.state.name not in ("ERROR", "NOT_RUNNING"):
             stop.wait(0.5)
     finally:
