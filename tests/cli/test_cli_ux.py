@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -250,7 +249,6 @@ def _cached_venv(tmp_path: Path) -> Path:
 def test_missing_extras_in_a_real_venv_without_them(state: Path, tmp_path: Path) -> None:
     """A plain install (core dependencies only, from the local pip cache or PyPI): export and
     the demo say in one line what to install; --no-plot --no-spark runs the demo."""
-    started = time.monotonic()
     try:
         venv = _cached_venv(tmp_path)
     except subprocess.CalledProcessError as exc:  # pragma: no cover - no cache and no network
@@ -270,7 +268,11 @@ def test_missing_extras_in_a_real_venv_without_them(state: Path, tmp_path: Path)
     assert_one_line(proc, 4, "txstore demo needs the plot extra", "pip install '.[plot]'")
     proc = run(str(venv / "bin" / "txstore"), "--version")
     assert proc.returncode == 0 and __version__ in proc.stdout
-    assert time.monotonic() - started < 120
+    demo = tmp_path / "demo"  # what a plain install can run: the demo without chart and Spark
+    proc = run(str(venv / "bin" / "txstore"), "demo", "--no-spark", "--no-plot", "--events",
+               "1000", "--num-partitions", "2", "--out", str(demo))  # fmt: skip
+    assert proc.returncode == 0 and "all checks passed" in proc.stdout, proc.stdout[-2000:]
+    assert not (demo / "analytics.png").exists()
 
 
 @pytest.mark.slow  # two JVM start-ups, ~50 s; test_export_writes_a_temporary_sibling... is fast
