@@ -82,7 +82,8 @@ class MissingDependencyError(CliError):
 class TxCommand(click.Command):
     """A command whose txstore errors become one line, ``txstore CMD: error: ...``: exit 2
     for a bad argument (:class:`~txstore.errors.InvalidArgumentError`, a missing directory or
-    store), exit 3 for any other :class:`~txstore.errors.TxStoreError`."""
+    store), exit 3 for any other :class:`~txstore.errors.TxStoreError` or an ``OSError``
+    (permission denied, disk full); a broken stdout pipe ends the command quietly (exit 0)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         from txstore.errors import InvalidArgumentError, TxStoreError
@@ -95,6 +96,8 @@ class TxCommand(click.Command):
         except InvalidArgumentError as exc:
             raise CliError(f"{ctx.command_path}: error: {exc}", EXIT_USAGE) from exc
         except TxStoreError as exc:
+            raise CliError(f"{ctx.command_path}: error: {exc}", EXIT_ERROR) from exc
+        except OSError as exc:  # permission denied, disk full...: one line too
             raise CliError(f"{ctx.command_path}: error: {exc}", EXIT_ERROR) from exc
 
 
@@ -231,7 +234,8 @@ def text_of(value: Any) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """A table on stdout (rich): terminal width on a terminal, never wrapped in a pipe."""
+    """A table on stdout (rich): terminal width on a terminal, never wrapped in a pipe; None
+    shows as ``-``."""
     from rich.box import SIMPLE_HEAD
     from rich.console import Console
     from rich.table import Table
@@ -243,7 +247,7 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     for c in columns:
         table.add_column(c, no_wrap=True)
     for r in rows:
-        table.add_row(*(text_of(r.get(c)) for c in columns))
+        table.add_row(*("-" if r.get(c) is None else text_of(r.get(c)) for c in columns))
     tty = sys.stdout.isatty()
     console = Console(file=sys.stdout, width=None if tty else 10_000, soft_wrap=not tty)
     console.print(table)
