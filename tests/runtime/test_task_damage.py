@@ -192,3 +192,36 @@ def test_changelogs_of_format_1_restore_and_go_on(tmp_path: Path) -> None:
     with open_task(str(tmp_path)) as task:
         task.initialize()
         assert task.input_position == 70 and state(task) == model(70)
+
+
+@pytest.mark.parametrize("cut", ["counts", "latest"])
+def test_a_changelog_that_lost_its_last_commit_before_others_is_damage(
+    tmp_path: Path, cut: str
+) -> None:
+    """crashtest --damage found it: after every changelog committed task commit 3, the tail of
+    one changelog was cut off through its last commit. Recovery took that for a crash between
+    changelog commits and rolled the other changelogs back: their committed data destroyed
+    to match the damage. A task commits its changelogs in name order, so a crash leaves the
+    commit in a prefix of them; 'counts' or 'latest' lacking it while a later one ('tagged')
+    holds it is damage, refused with TaskCorruptedError, and no file changes."""
+    # killed after every changelog committed commit 3, before the stores did
+    assert _run("_task_child.py", tmp_path, 30, 10, "task.after_changelog_commit=3") != 0
+    with FileChangelog(tmp_path / "changelog" / cut) as log:
+        log.rollback_last_commit()  # what a cut at the commit boundary leaves
+    before = snapshot(tmp_path)
+    match = f"store {cut!r} lacks task commit 3"
+    with pytest.raises(TaskCorruptedError, match=match), open_task(str(tmp_path)) as task:
+        task.initialize()
+    assert snapshot(tmp_path) == before
+
+
+def test_the_last_changelog_lacking_the_commit_is_a_crash_between_commits(tmp_path: Path) -> None:
+    """The same loss in the last changelog of the commit order is what a crash between
+    changelog commits leaves: the others roll back and the input is re-read."""
+    assert _run("_task_child.py", tmp_path, 30, 10, "task.after_changelog_commit=3") != 0
+    with FileChangelog(tmp_path / "changelog" / "tagged") as log:
+        log.rollback_last_commit()
+    with open_task(str(tmp_path)) as task:
+        report = task.initialize()
+        assert sorted(report.rolled_back) == ["counts", "latest"]
+        assert task.input_position == 20 and state(task) == model(20)

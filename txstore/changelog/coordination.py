@@ -72,6 +72,26 @@ class RecoveryPlan:
     lacking: list[str] = field(default_factory=list)  # participants without the undone commit
 
 
+def _check_crash_shape(seq: int, participants: list[str], lacking: list[str]) -> None:
+    """Refuse an incomplete task commit that no crash can leave.
+
+    A task commits its changelogs one after the other in the order of ``participants`` (the
+    store names, sorted), and a retry finishes them in that order, so a crash or a failure
+    leaves the commit in a *prefix* of them. A participant without it before one that holds
+    it lost it some other way (its file was cut, zeroed or deleted): rolling the others back
+    would destroy their committed data to match the damage, so recovery refuses instead.
+    """
+    holding = [p for p in participants if p not in lacking]
+    if holding and participants.index(lacking[0]) < participants.index(holding[-1]):
+        raise TaskCorruptedError(
+            f"the changelog of store {lacking[0]!r} lacks task commit {seq}, which the "
+            f"changelogs of {holding} hold although it was committed before them: no crash "
+            f"leaves that, so the changelog of {lacking[0]!r} lost a committed transaction "
+            "(damaged, truncated or deleted files); nothing was changed. Restore that "
+            "changelog from a copy, or delete that store's changelog and data to rebuild it"
+        )
+
+
 def plan_recovery(logs: Mapping[str, CommitSource]) -> RecoveryPlan:
     """Plan the recovery of the changelogs ``logs`` (by store name) of one task. Reads only.
 
@@ -80,7 +100,9 @@ def plan_recovery(logs: Mapping[str, CommitSource]) -> RecoveryPlan:
     last commit it is undoes it, and the next newest is looked at. Raises
     :class:`~txstore.errors.TaskCorruptedError` when the changelogs contradict each other
     (two participant lists for one commit) or more than :data:`MAX_UNDONE` commits of one
-    changelog would have to go.
+    changelog would have to go, and when the changelogs holding an incomplete commit are not
+    the first of its participants in commit order (damage, not a crash:
+    :func:`_check_crash_shape`).
     """
     history: dict[str, list[CommitRecord]] = {n: log.recent_commits(1) for n, log in logs.items()}
     depth = dict.fromkeys(logs, 0)
@@ -108,6 +130,7 @@ def plan_recovery(logs: Mapping[str, CommitSource]) -> RecoveryPlan:
         lacking = [p for p in participants if meta.get(p, (0, []))[0] != latest]
         if not lacking:
             break
+        _check_crash_shape(latest, participants, lacking)
         plan.incomplete = latest if plan.incomplete is None else plan.incomplete
         plan.lacking = plan.lacking or lacking
         for name, (seq, _) in meta.items():
