@@ -383,3 +383,18 @@ def test_a_segment_file_that_cannot_be_created_is_a_storage_error(tmp_path: Path
     with FileChangelog(tmp_path) as log:  # the stray file holds no commit: removed
         assert log.committed_end_offset == 1
         assert sorted(p.name for p in tmp_path.glob("*.log")) == [SEG0]
+
+
+def test_a_damaged_cleanup_policy_in_changelog_json_names_the_file(tmp_path: Path) -> None:
+    """crashtest --damage: a flipped byte in changelog.json ('compact,deleve') raised an
+    InvalidArgumentError about the cleanup_policy argument, naming no file."""
+    from txstore.changelog.log import CleanupPolicy, FileChangelog
+    from txstore.errors import ConfigConflictError
+
+    with FileChangelog(tmp_path / "c", cleanup_policy=CleanupPolicy.COMPACT_DELETE) as log:
+        log.append(b"k", b"v", 1, b"")
+        log.commit(1)
+    meta = tmp_path / "c" / "changelog.json"
+    meta.write_bytes(meta.read_bytes().replace(b"compact,delete", b"compact,deleve"))
+    with pytest.raises(ConfigConflictError, match=r"changelog\.json is damaged"):
+        FileChangelog(tmp_path / "c")

@@ -192,7 +192,14 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
             meta = read_meta(self.path)
             if meta is None:
                 meta = self._create_meta(policy)
-            on_disk = to_policy(meta.get("cleanup_policy", ""))
+            try:
+                on_disk = to_policy(meta.get("cleanup_policy", ""))
+            except InvalidArgumentError as exc:  # the file was written valid: it is damaged
+                raise ConfigConflictError(
+                    f"{os.path.join(self.path, META_FILE)} is damaged: {exc}; restore it from "
+                    "a copy (its cleanup_policy is compact for key-value stores, compact,delete "
+                    "for window and session stores)"
+                ) from exc
             if policy is not None and policy is not on_disk:
                 raise ConfigConflictError(
                     f"changelog {self.path!r} has cleanup.policy={on_disk.value!r} on disk, "
