@@ -216,7 +216,6 @@ def test_every_saved_record_has_its_log() -> None:
 
 @pytest.fixture
 def record_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    pytest.importorskip("pyperf", reason="the bench extra (pyperf) writes the records")
     monkeypatch.syspath_prepend(str(ROOT / "perf"))
     return importlib.import_module("_record")
 
