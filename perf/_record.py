@@ -180,6 +180,7 @@ class Record:
             *(sys.argv[1:] if argv is None else argv),
         ]
         self._started = time.perf_counter()
+        self._date = datetime.date.today().isoformat()  # the run's date: the day it started
         self._load_at_start = os.getloadavg()[0]
         self._series: dict[str, tuple[Timing, str]] = {}
         self.figures: list[dict[str, Any]] = []
@@ -263,7 +264,7 @@ class Record:
             "bench": self.bench,
             "size": "quick" if self.quick else "full",
             "run": {
-                "date": datetime.date.today().isoformat(),
+                "date": self._date,
                 "commit": short or "uncommitted",
             },
             "command": self.command,

@@ -27,7 +27,6 @@ recorded.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import re
@@ -277,13 +276,9 @@ def run(name: str, results: Path) -> None:
         cmd = [sys.executable, str(script), "--json", str(record_partial)]
     else:
         raise ReportError(f"unknown benchmark {name!r}; known: {', '.join(BENCHES)}, crashtest")
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     results.mkdir(parents=True, exist_ok=True)
     partial = results / f"{name}.txt.partial"
     with partial.open("w", encoding="utf-8") as log:
-        log.write(f"# run: {datetime.date.today().isoformat()} {commit or 'uncommitted'}\n")
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -294,6 +289,10 @@ def run(name: str, results: Path) -> None:
     if name == "crashtest":
         crashtest_record(out / "crashtest.json", record_partial, cmd[1:])
     load(record_partial)  # a record the page cannot read fails the run and replaces nothing
+    run_of = json.loads(record_partial.read_text(encoding="utf-8"))["run"]
+    # the log's first line names the run as its record does
+    header = f"# run: {run_of['date']} {run_of['commit']}\n"
+    partial.write_text(header + partial.read_text(encoding="utf-8"), encoding="utf-8")
     record_partial.replace(record_path)
     record_partial.parent.rmdir()
     partial.replace(log_path)
