@@ -8,25 +8,35 @@ adapter: a typed store holds one :class:`FormatAdapter`, found by :func:`find_ad
 ``PlainToHeadersWindowStoreAdapter.to_stored(raw)`` is the conversion Kafka's class of that name
 does on ``put`` and ``from_stored`` the one it does on reads:
 
-========================================================  ============  ============  =======
-Kafka adapter                                              stored        used          kind
-========================================================  ============  ============  =======
-``KeyValueToTimestampedKeyValueByteStoreAdapter``          PLAIN         TIMESTAMPED   kv
-``PlainToHeadersStoreAdapter``                             PLAIN         HEADERS       kv
-``TimestampedToHeadersStoreAdapter``                       TIMESTAMPED   HEADERS       kv
-``WindowToTimestampedWindowByteStoreAdapter``              PLAIN         TIMESTAMPED   window
-``PlainToHeadersWindowStoreAdapter``                       PLAIN         HEADERS       window
-``TimestampedToHeadersWindowStoreAdapter``                 TIMESTAMPED   HEADERS       window
-``PlainToPlainHeadersWindowStoreAdapter``                  PLAIN         PLAIN_HEADERS window
-``TimestampedToPlainHeadersWindowStoreAdapter``            TIMESTAMPED   PLAIN_HEADERS window
-``TimestampedHeadersToPlainHeadersWindowStoreAdapter``     HEADERS       PLAIN_HEADERS window
-``SessionToHeadersStoreAdapter``                           PLAIN         PLAIN_HEADERS session
-========================================================  ============  ============  =======
+========================================================  =============  =============  =======
+Kafka adapter                                             stored         used           kind
+========================================================  =============  =============  =======
+``KeyValueToTimestampedKeyValueByteStoreAdapter``         PLAIN          TIMESTAMPED    kv
+``PlainToHeadersStoreAdapter``                            PLAIN          HEADERS        kv
+``TimestampedToHeadersStoreAdapter``                      TIMESTAMPED    HEADERS        kv
+``WindowToTimestampedWindowByteStoreAdapter``             PLAIN          TIMESTAMPED    window
+``PlainToHeadersWindowStoreAdapter``                      PLAIN          HEADERS        window
+``TimestampedToHeadersWindowStoreAdapter``                TIMESTAMPED    HEADERS        window
+``PlainToPlainHeadersWindowStoreAdapter``                 PLAIN          PLAIN_HEADERS  window
+``TimestampedToPlainHeadersWindowStoreAdapter``           TIMESTAMPED    PLAIN_HEADERS  window
+``TimestampedHeadersToPlainHeadersWindowStoreAdapter``    HEADERS        PLAIN_HEADERS  window
+``SessionToHeadersStoreAdapter``                          PLAIN          PLAIN_HEADERS  session
+``SessionToTimestampedSessionByteStoreAdapter`` (*)       PLAIN          TIMESTAMPED    session
+``PlainToHeadersSessionStoreAdapter`` (*)                 PLAIN          HEADERS        session
+``TimestampedToHeadersSessionStoreAdapter`` (*)           TIMESTAMPED    HEADERS        session
+``PlainHeadersToHeadersSessionStoreAdapter`` (*)          PLAIN_HEADERS  HEADERS        session
+========================================================  =============  =============  =======
+
+(*) Kafka has no timestamped session store (KIP-258 names one, no release ships it), hence no
+such adapter: these four are txstore's, named after their window counterparts.
 
 Reads add what the stored format lacks (timestamp -1, empty headers) and drop what the used
 format has no room for; writes do the reverse. The same relation orders **upgrades** of data on
 disk: a format may only be replaced by a later one of its kind (:data:`UPGRADE_ORDER`); the
-reverse is a downgrade and is refused, because it would drop timestamps or headers.
+reverse is a downgrade and is refused, because it would drop timestamps or headers. An upgrade
+also needs an adapter between the two formats: session stores have none between
+``TIMESTAMPED`` and ``PLAIN_HEADERS``, since either way would drop the timestamp (which a
+timestamped session store exists to keep) or the headers; both upgrade to ``HEADERS``.
 
 >>> PlainToPlainHeadersWindowStoreAdapter.from_stored(b"v").hex()
 '0076'
@@ -47,12 +57,16 @@ __all__ = [
     "UPGRADE_ORDER",
     "FormatAdapter",
     "KeyValueToTimestampedKeyValueByteStoreAdapter",
+    "PlainHeadersToHeadersSessionStoreAdapter",
+    "PlainToHeadersSessionStoreAdapter",
     "PlainToHeadersStoreAdapter",
     "PlainToHeadersWindowStoreAdapter",
     "PlainToPlainHeadersWindowStoreAdapter",
     "SessionToHeadersStoreAdapter",
+    "SessionToTimestampedSessionByteStoreAdapter",
     "StoreKind",
     "TimestampedHeadersToPlainHeadersWindowStoreAdapter",
+    "TimestampedToHeadersSessionStoreAdapter",
     "TimestampedToHeadersStoreAdapter",
     "TimestampedToHeadersWindowStoreAdapter",
     "TimestampedToPlainHeadersWindowStoreAdapter",
@@ -73,11 +87,14 @@ PLAIN, TIMESTAMPED, HEADERS, PLAIN_HEADERS = (
 #: The formats of each store kind, oldest first. Data may be upgraded along this order only.
 #: For window stores the plain window store with headers (``PLAIN_HEADERS``, the
 #: WindowStoreWithHeaders proposal) comes last: it replaces the timestamped-with-headers layout
-#: and saves the 8-byte timestamp of every record.
+#: and saves the 8-byte timestamp of every record. For session stores the timestamped formats
+#: come from this release (Kafka shipped only ``PLAIN`` and ``PLAIN_HEADERS``); ``HEADERS``
+#: carries both a timestamp and headers, so it comes last. ``TIMESTAMPED`` -> ``PLAIN_HEADERS``
+#: has no adapter (it would drop the timestamp) and is refused like a downgrade.
 UPGRADE_ORDER: Final[dict[str, tuple[ValueFormat, ...]]] = {
     "key_value": (PLAIN, TIMESTAMPED, HEADERS),
     "window": (PLAIN, TIMESTAMPED, HEADERS, PLAIN_HEADERS),
-    "session": (PLAIN, PLAIN_HEADERS),
+    "session": (PLAIN, TIMESTAMPED, PLAIN_HEADERS, HEADERS),
 }
 
 
@@ -135,6 +152,18 @@ TimestampedHeadersToPlainHeadersWindowStoreAdapter: Final = _adapter(
 SessionToHeadersStoreAdapter: Final = _adapter(
     "SessionToHeadersStoreAdapter", "session", PLAIN, PLAIN_HEADERS
 )
+SessionToTimestampedSessionByteStoreAdapter: Final = _adapter(
+    "SessionToTimestampedSessionByteStoreAdapter", "session", PLAIN, TIMESTAMPED
+)
+PlainToHeadersSessionStoreAdapter: Final = _adapter(
+    "PlainToHeadersSessionStoreAdapter", "session", PLAIN, HEADERS
+)
+TimestampedToHeadersSessionStoreAdapter: Final = _adapter(
+    "TimestampedToHeadersSessionStoreAdapter", "session", TIMESTAMPED, HEADERS
+)
+PlainHeadersToHeadersSessionStoreAdapter: Final = _adapter(
+    "PlainHeadersToHeadersSessionStoreAdapter", "session", PLAIN_HEADERS, HEADERS
+)
 
 #: Every adapter, by ``(kind, stored, used)``.
 ADAPTERS: Final[dict[tuple[str, ValueFormat, ValueFormat], FormatAdapter]] = {
@@ -150,6 +179,10 @@ ADAPTERS: Final[dict[tuple[str, ValueFormat, ValueFormat], FormatAdapter]] = {
         TimestampedToPlainHeadersWindowStoreAdapter,
         TimestampedHeadersToPlainHeadersWindowStoreAdapter,
         SessionToHeadersStoreAdapter,
+        SessionToTimestampedSessionByteStoreAdapter,
+        PlainToHeadersSessionStoreAdapter,
+        TimestampedToHeadersSessionStoreAdapter,
+        PlainHeadersToHeadersSessionStoreAdapter,
     )
 }
 
@@ -198,7 +231,11 @@ def check_upgrade(kind: str, name: str, on_disk: ValueFormat, asked: ValueFormat
     check_format(kind, asked, name)
     if on_disk == asked:
         return False
-    if on_disk in order and order.index(asked) > order.index(on_disk):
+    if (
+        on_disk in order
+        and order.index(asked) > order.index(on_disk)
+        and (kind, on_disk, asked) in ADAPTERS
+    ):
         return True
     raise ConfigConflictError(
         f"store {name!r} holds {on_disk.name} data and cannot be reopened as {asked.name}: "
