@@ -242,7 +242,15 @@ _TYPES: dict[str, QueryableStoreType] = {
             "TimestampedWindowStoreWithHeadersType",
         ),
         _qt("window_store_with_headers", "window", _PH, {_PH}, "WindowStoreWithHeadersType"),
-        _qt("session_store", "session", _P, {_P, _PH}, "SessionStoreType"),
+        _qt("session_store", "session", _P, {_P, _T, _H, _PH}, "SessionStoreType"),
+        _qt("timestamped_session_store", "session", _T, {_T, _H}, "TimestampedSessionStoreType"),
+        _qt(
+            "timestamped_session_store_with_headers",
+            "session",
+            _H,
+            {_H},
+            "TimestampedSessionStoreWithHeadersType",
+        ),
         _qt("session_store_with_headers", "session", _PH, {_PH}, "SessionStoreWithHeadersType"),
     )
 }
@@ -265,7 +273,10 @@ class QueryableStoreTypes:
     ``timestamped_window_store_with_headers``   HEADERS
     ``window_store_with_headers``               PLAIN_HEADERS (txstore's plain window with
                                                 headers)
-    ``session_store``                           PLAIN, PLAIN_HEADERS (aggregations only)
+    ``session_store``                           every session format (aggregations only)
+    ``timestamped_session_store``               TIMESTAMPED, HEADERS (txstore's: Kafka has no
+                                                timestamped session store)
+    ``timestamped_session_store_with_headers``  HEADERS
     ``session_store_with_headers``              PLAIN_HEADERS
     ==========================================  ==========================================
 
@@ -314,6 +325,18 @@ class QueryableStoreTypes:
     def session_store() -> QueryableStoreType:
         """Plain aggregations from any session store."""
         return _TYPES["session_store"]
+
+    @staticmethod
+    def timestamped_session_store() -> QueryableStoreType:
+        """``ValueAndTimestamp`` aggregations from timestamped session stores (with or without
+        headers). Kafka has no such type: it never shipped a timestamped session store."""
+        return _TYPES["timestamped_session_store"]
+
+    @staticmethod
+    def timestamped_session_store_with_headers() -> QueryableStoreType:
+        """``ValueTimestampHeaders`` aggregations from timestamped session stores with
+        headers (the ``HEADERS`` format)."""
+        return _TYPES["timestamped_session_store_with_headers"]
 
     @staticmethod
     def session_store_with_headers() -> QueryableStoreType:

@@ -81,7 +81,7 @@ SUPPORTED_META: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
 SUPPORTED_FORMATS: Final[dict[str, frozenset[str]]] = {
     "key_value": frozenset({"PLAIN", "TIMESTAMPED", "HEADERS"}),
     "window": frozenset({"PLAIN", "TIMESTAMPED", "HEADERS", "PLAIN_HEADERS"}),
-    "session": frozenset({"PLAIN", "PLAIN_HEADERS"}),
+    "session": frozenset({"PLAIN", "TIMESTAMPED", "HEADERS", "PLAIN_HEADERS"}),
 }
 SUPPORTED_FORMAT_VERSIONS: Final = frozenset({1})
 

@@ -179,11 +179,9 @@ def _why_segments(retention: int | None) -> str:
 
 
 def _why_format(kind: str) -> str:
-    formats = (
-        "PLAIN, TIMESTAMPED, HEADERS or PLAIN_HEADERS"
-        if kind == "window"
-        else "PLAIN or PLAIN_HEADERS"
-    )
+    # Window and session stores both take every format (timestamped session stores are
+    # txstore's: KIP-258 names one, Kafka never shipped it).
+    formats = "PLAIN, TIMESTAMPED, HEADERS or PLAIN_HEADERS"
     return (
         "format (Materialized.with_format): topic and changelog values are plain, the timestamp "
         "and headers travel as record fields, and the store's format decides which of them it "
