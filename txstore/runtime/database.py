@@ -280,12 +280,14 @@ class Database:
         retention: int | _dt.timedelta | None = None,
     ) -> SessionStore[K, Any]:
         """Shortcut for a ``Stores`` session supplier + builder + ``build(db)``; ``format`` is
-        ``PLAIN`` or ``PLAIN_HEADERS`` (:class:`~txstore.types.AggregationWithHeaders`);
-        ``retention_period`` in milliseconds or a ``timedelta`` (``retention=`` is its old,
-        deprecated name).
+        any of the four :class:`ValueFormat` s: ``PLAIN``, ``TIMESTAMPED``
+        (:class:`~txstore.types.ValueAndTimestamp` aggregations), ``HEADERS``
+        (:class:`~txstore.types.ValueTimestampHeaders`) or ``PLAIN_HEADERS``
+        (:class:`~txstore.types.AggregationWithHeaders`); ``retention_period`` in milliseconds
+        or a ``timedelta`` (``retention=`` is its old, deprecated name).
 
-        Costs and errors as :meth:`open_window_store`; another format raises
-        :class:`~txstore.errors.InvalidArgumentError`.
+        Costs and errors as :meth:`open_window_store`; a value that is not a
+        :class:`ValueFormat` raises :class:`~txstore.errors.InvalidArgumentError`.
         """
         period = _retention_period(retention_period, retention)
         supplier = session_supplier(name, period, True, format, transactional)
