@@ -192,6 +192,10 @@ def check_format(kind: str, fmt: ValueFormat, name: str = "") -> ValueFormat:
     order = UPGRADE_ORDER.get(kind)
     if order is None:
         raise InvalidArgumentError(f"unknown store kind {kind!r}")
+    if isinstance(fmt, bool) or fmt not in set(ValueFormat):
+        raise InvalidArgumentError(
+            f"unknown value format {fmt!r}: one of " + ", ".join(f.name for f in ValueFormat)
+        )
     if fmt not in order:
         what = f"store {name!r}" if name else f"a {kind} store"
         raise InvalidArgumentError(

@@ -1,8 +1,20 @@
-"""Typed session stores: Kafka's ``SessionStore``, plain or with headers.
+"""Typed session stores: Kafka's ``SessionStore``, plain, timestamped or with headers.
 
-Sessions are keyed ``[key][L(end)][L(start)]`` and segmented by their **end**. Values are plain
-aggregations, or :class:`~txstore.types.AggregationWithHeaders`
-(``[headersSize][headersBytes][aggregation]``, KIP-1271's ``SessionStoreWithHeaders``).
+Sessions are keyed ``[key][L(end)][L(start)]`` and segmented by their **end**. Values are, by
+the store's format:
+
+* ``PLAIN``: the aggregation;
+* ``PLAIN_HEADERS``: :class:`~txstore.types.AggregationWithHeaders`
+  (``[headersSize][headersBytes][aggregation]``, KIP-1271's ``SessionStoreWithHeaders``);
+* ``TIMESTAMPED``: :class:`~txstore.types.ValueAndTimestamp`, the aggregation and the time of
+  its last update (``[L(ts)][aggregation]``, KIP-258's ``TimestampedSessionStore``, which
+  Kafka never shipped);
+* ``HEADERS``: :class:`~txstore.types.ValueTimestampHeaders`
+  (``[headersSize][headersBytes][L(ts)][aggregation]``).
+
+One class serves every format: its :class:`~txstore.stores.formats.ValueCodec` checks and
+converts the values (a ``put`` of another type raises
+:class:`~txstore.errors.InvalidTypeError`; ``None``, or a wrapper of ``None``, deletes).
 
 Java overloads by arity, and so does this class:
 
