@@ -1,5 +1,6 @@
-"""The session store contract: persistent / in-memory x transactional / write-through x plain /
-with headers (kafka-formats.md sections 1.4, 3.3, 4.3 and 4.5)."""
+"""The session store contract: persistent / in-memory x transactional / write-through x the four
+value formats (plain, with headers, timestamped, timestamped with headers; kafka-formats.md
+sections 1.4, 3.3, 4.3 and 4.5)."""
 
 from __future__ import annotations
 
@@ -21,33 +22,53 @@ from txstore import (
     StoreClosedError,
     TimeWindow,
     UnsupportedOperationError,
+    ValueAndTimestamp,
     ValueFormat,
+    ValueTimestampHeaders,
     Windowed,
 )
 from txstore.stores.factories import Stores
 from txstore.stores.session import SessionStore
 
-FORMATS = [ValueFormat.PLAIN, ValueFormat.PLAIN_HEADERS]
+FORMATS = [
+    ValueFormat.PLAIN,
+    ValueFormat.PLAIN_HEADERS,
+    ValueFormat.TIMESTAMPED,
+    ValueFormat.HEADERS,
+]
 RETENTION = 120_000
 SUPPLIERS = {
     (True, ValueFormat.PLAIN): Stores.persistent_session_store,
     (True, ValueFormat.PLAIN_HEADERS): Stores.persistent_session_store_with_headers,
     (False, ValueFormat.PLAIN): Stores.in_memory_session_store,
     (False, ValueFormat.PLAIN_HEADERS): Stores.in_memory_session_store_with_headers,
+    (True, ValueFormat.TIMESTAMPED): Stores.persistent_timestamped_session_store,
+    (True, ValueFormat.HEADERS): Stores.persistent_timestamped_session_store_with_headers,
+    (False, ValueFormat.TIMESTAMPED): Stores.in_memory_timestamped_session_store,
+    (False, ValueFormat.HEADERS): Stores.in_memory_timestamped_session_store_with_headers,
 }
 BUILDERS: dict[ValueFormat, Any] = {
     ValueFormat.PLAIN: Stores.session_store_builder,
     ValueFormat.PLAIN_HEADERS: Stores.session_store_with_headers_builder,
+    ValueFormat.TIMESTAMPED: Stores.timestamped_session_store_builder,
+    ValueFormat.HEADERS: Stores.timestamped_session_store_with_headers_builder,
 }
 
 
 def wrap(fmt: ValueFormat, value: Any) -> Any:
     if value is None or fmt == ValueFormat.PLAIN:
         return value
+    if fmt == ValueFormat.TIMESTAMPED:
+        return ValueAndTimestamp(value, 42)
+    if fmt == ValueFormat.HEADERS:
+        return ValueTimestampHeaders(value, 42, Headers([("h", b"x")]))
     return AggregationWithHeaders(value, Headers([("h", b"x")]))
 
 
 def agg(value: Any) -> Any:
+    if isinstance(value, (ValueAndTimestamp, ValueTimestampHeaders)):
+        assert value.timestamp == 42  # the timestamp comes back with the aggregation
+        return value.value
     return getattr(value, "aggregation", value)
 
 
@@ -187,9 +208,15 @@ def test_bad_input_typed_errors(env: Env) -> None:
         s.put(sk("a", 0, 1), wrap(env.fmt, "not a long"))
     with pytest.raises(InvalidTypeError):
         s.backward_find_sessions(0, 1)  # type: ignore[call-overload]
-    if env.fmt == ValueFormat.PLAIN_HEADERS:
-        with pytest.raises(InvalidTypeError):
+    if env.fmt != ValueFormat.PLAIN:
+        with pytest.raises(InvalidTypeError, match="values, got int"):
             s.put(sk("a", 0, 1), 5)
+        # a wrapper of another format is refused too (a TIMESTAMPED store takes no headers...)
+        foreign = ValueAndTimestamp(5, 1)
+        if env.fmt != ValueFormat.PLAIN_HEADERS:
+            foreign = AggregationWithHeaders(5, Headers())  # type: ignore[assignment]
+        with pytest.raises(InvalidTypeError):
+            s.put(sk("a", 0, 1), foreign)
     assert agg(s.fetch_session("keep", 0, 1)) == 1
 
 
