@@ -153,25 +153,31 @@ class Database:
         that the name collides with no other store's databases is O(stores)), plus one LMDB
         write transaction when the store is created or upgraded; a window or session store
         also reads its segment registry, O(segments). Also raises
-        :class:`~txstore.errors.InvalidArgumentError` for an in-memory supplier, a store
-        already open here, a name that collides with another store's segment or upgrade
-        databases, or a builder format older than the supplier's;
-        :class:`~txstore.errors.ReadOnlyError` for a store that does not exist in a read-only
-        database; whatever the changelog source raises (a running task refuses new stores
-        with :class:`~txstore.errors.InvalidStateStoreError`).
+        :class:`~txstore.errors.InvalidArgumentError` for an in-memory supplier (unless this
+        is a task's database: a :class:`~txstore.runtime.task.Task` keeps its in-memory stores
+        in memory, change-logged and restored from their changelogs), a store already open
+        here, a name that collides with another store's segment or upgrade databases, or a
+        builder format older than the supplier's; :class:`~txstore.errors.ReadOnlyError` for a
+        store that does not exist in a read-only database; whatever the changelog source
+        raises (a running task refuses new stores with
+        :class:`~txstore.errors.InvalidStateStoreError`).
         """
         self._check_open()
         supplier = builder.supplier
         name = supplier.name
-        if not supplier.persistent:
+        if not supplier.persistent and self.changelogs is None:
             raise InvalidArgumentError(f"store {name!r} is in-memory; build it without a database")
         existing = self._stacks.get(name)
         if existing is not None and existing.store.is_open:
             raise InvalidArgumentError(
                 f"store {name!r} is already open in this database; use db.store({name!r})"
             )
-        check_name_free(self.partition, name)
-        stack = assemble(builder, self.partition, self.changelogs)
+        if supplier.persistent:
+            check_name_free(self.partition, name)
+            stack = assemble(builder, self.partition, self.changelogs)
+        else:  # a task's in-memory store: change-logged, restored from its changelog
+            assert self.changelogs is not None
+            stack = assemble(builder, self.changelogs.memory_partition, self.changelogs)
         self._stacks[name] = stack
         return stack.store
 

@@ -32,6 +32,13 @@ checked against the stores' committed offsets (a store that committed a range th
 undo proves that commit was complete: :class:`TaskCorruptedError`, nothing changed); then torn
 tails are truncated, changelogs rolled back, stores recovered and restored.
 
+**In-memory stores** (``Stores.in_memory_*``, every kind and format) live in one
+:class:`~txstore.engine.memory.MemoryPartition` of the task, as Kafka's in-memory stores:
+change-logged like persistent ones, committed with their changelog offsets right after the
+LMDB commit of the persistent stores, and restored on every :meth:`initialize` from the start
+of their changelog (they start empty). Their changelogs are their only durable copy: nothing
+of them is in the partition's LMDB catalog.
+
 **A commit that fails** (an I/O error, a full disk, an exception at any point) never writes the
 same sequence number twice. If it failed after some changelogs committed it, the task remembers
 which: :meth:`Task.commit` with the same input position and nothing processed since finishes it
@@ -75,6 +82,7 @@ from txstore.changelog.layer import (
 )
 from txstore.changelog.log import CleanupPolicy, FileChangelog
 from txstore.codecs import ValueFormat
+from txstore.engine.memory import MemoryPartition
 from txstore.errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -206,6 +214,7 @@ class Task:
         self._input_position: int | None = None
         self._partial: _PartialCommit | None = None
         self._commits = 0
+        self._memory = MemoryPartition(overlay_budget_bytes=overlay_budget_bytes)
         self.db = Database(
             self.path, sync=sync, overlay_budget_bytes=overlay_budget_bytes, changelogs=self
         )
@@ -236,6 +245,12 @@ class Task:
         return FileChangelog(
             self.path / "changelog" / name, cleanup_policy=policy, fsync=self.sync, **options
         )
+
+    @property
+    def memory_partition(self) -> MemoryPartition:
+        """The partition of the task's in-memory stores (lost on close, restored from their
+        changelogs by :meth:`initialize`)."""
+        return self._memory
 
     def _check_created(self) -> None:
         if self._state != "created":
@@ -443,7 +458,10 @@ class Task:
         self._seq = seq
         self._input_position = position
         faults.point("task.after_changelog_commit")
-        self.db.partition.commit_stores({e.name: e.log.committed_end_offset for e in entries})
+        for part in (self.db.partition, self._memory):  # LMDB, then the in-memory stores
+            ends = {e.name: e.log.committed_end_offset for e in entries if e.raw.partition is part}
+            if ends or part is self.db.partition:
+                part.commit_stores(ends)
         faults.point("task.after_store_commit")
         self._commits += 1
         if self._commits % CLEAN_EVERY == 0:
@@ -564,6 +582,7 @@ class Task:
             if stack.changelog is not None:
                 stack.changelog.close()
         self.db.close()
+        self._memory.close()
 
     def __enter__(self) -> Task:
         return self

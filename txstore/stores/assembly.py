@@ -141,6 +141,13 @@ class ChangelogSource(Protocol):
         """The changelog of store ``name`` (created on first use)."""
         ...
 
+    @property
+    def memory_partition(self) -> PartitionBase:
+        """Where the in-memory stores of the partition live (a task's
+        :class:`~txstore.engine.memory.MemoryPartition`): change-logged, they are restored from
+        their changelogs on start, as Kafka's in-memory stores are."""
+        ...
+
 
 @dataclass(frozen=True)
 class StoreStack:
@@ -285,8 +292,12 @@ def assemble(
     partition: PartitionBase | None,
     changelogs: ChangelogSource | None = None,
 ) -> StoreStack:
-    """Build the whole stack of the store ``builder`` describes, over ``partition`` (``None``
-    for an in-memory store), with a change-logging layer when ``changelogs`` is given.
+    """Build the whole stack of the store ``builder`` describes, over ``partition``, with a
+    change-logging layer when ``changelogs`` is given. An in-memory store's ``partition`` is
+    ``None`` (a private :class:`~txstore.engine.memory.MemoryPartition`: ``builder.build()``)
+    or a task's :class:`~txstore.engine.memory.MemoryPartition`
+    (:attr:`ChangelogSource.memory_partition`, shared by the task's in-memory stores, which it
+    commits with their changelog offsets as the LMDB partition commits the persistent ones).
 
     A persistent store's metadata is registered or checked first (:func:`register`); the
     changelog is asked for only once that succeeded. In-memory stores are format-agnostic, as
@@ -300,11 +311,14 @@ def assemble(
     """
     supplier = builder.supplier
     kind, name = supplier.kind, supplier.name
-    if partition is None:
+    if not supplier.persistent:
         stored = builder.format
         adapter = None
         meta = _meta(builder)
+        if partition is not None:  # a task's in-memory partition: nothing of it is on disk
+            meta = partition.register_store(name, meta)
     else:
+        assert partition is not None, "a persistent store needs a partition"
         stored = supplier.format
         adapter = find_adapter(kind, supplier.format, builder.format, name)
         meta = register(partition, name, kind, _meta(builder))
