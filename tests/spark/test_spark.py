@@ -53,7 +53,7 @@ STORES: dict[str, tuple[str, str, ValueFormat]] = {
 }
 
 
-#: Window stores (every format) and session stores (both): name -> (key, value serde, format).
+#: Window and session stores (every format): name -> (key, value serde, format).
 WINDOWS: dict[str, tuple[str, str, ValueFormat]] = {
     "w_plain": ("string", "long", ValueFormat.PLAIN),
     "w_stamped": ("integer", "double", ValueFormat.TIMESTAMPED),
@@ -63,6 +63,8 @@ WINDOWS: dict[str, tuple[str, str, ValueFormat]] = {
 SESSIONS: dict[str, tuple[str, str, ValueFormat]] = {
     "s_plain": ("string", "long", ValueFormat.PLAIN),
     "s_headers": ("string", "json", ValueFormat.PLAIN_HEADERS),
+    "s_stamped": ("string", "double", ValueFormat.TIMESTAMPED),
+    "s_stamped_headers": ("string", "string", ValueFormat.HEADERS),
 }
 WINDOW_SIZE, RETENTION = 5_000, 3_600_000
 
@@ -303,6 +305,25 @@ def test_window_and_session_stores_equal_a_direct_read(spark: Any, state: Path, 
     expected = _segmented_direct(state, name)
     assert len(expected) >= 90  # older segments expired and were dropped by the writer
     assert sorted(got, key=repr) == expected
+
+
+def test_timestamped_session_store_schema_has_the_timestamp_column(spark: Any, state: Path) -> None:
+    """As a timestamped window store: the value's timestamp is a nullable UTC timestamp column
+    after the value, and HEADERS adds the headers after it."""
+    df = spark.read.format("txstore").option("store", "s_stamped").load(str(state))
+    assert df.schema.simpleString() == (
+        "struct<key:string,session_window:struct<start:timestamp,end:timestamp>,value:double,"
+        "timestamp:timestamp,partition_id:int>"
+    )
+    first = df.orderBy("partition_id", "session_window.start").first()
+    assert first is not None and first["timestamp"].timestamp() * 1000 == pytest.approx(
+        1_000 + int(first["value"] * 8)
+    )
+    df = spark.read.format("txstore").option("store", "s_stamped_headers").load(str(state))
+    assert df.schema.simpleString() == (
+        "struct<key:string,session_window:struct<start:timestamp,end:timestamp>,value:string,"
+        "timestamp:timestamp,headers:array<struct<key:string,value:binary>>,partition_id:int>"
+    )
 
 
 def test_upgraded_key_value_store_reads_every_tier(spark: Any, state: Path) -> None:
