@@ -56,6 +56,11 @@ ADAPTER_CASES = [
     (ad.TimestampedToPlainHeadersWindowStoreAdapter, TV, b"\x00v", HV, NO_TS + V),
     (ad.TimestampedHeadersToPlainHeadersWindowStoreAdapter, HTV, HV, HV, HB + NO_TS + V),
     (ad.SessionToHeadersStoreAdapter, V, b"\x00v", HV, V),
+    # timestamped session stores (txstore's: Kafka never shipped one)
+    (ad.SessionToTimestampedSessionByteStoreAdapter, V, NO_TS + V, TV, V),
+    (ad.PlainToHeadersSessionStoreAdapter, V, b"\x00" + NO_TS + V, HTV, V),
+    (ad.TimestampedToHeadersSessionStoreAdapter, TV, b"\x00" + TV, HTV, TV),
+    (ad.PlainHeadersToHeadersSessionStoreAdapter, HV, HB + NO_TS + V, HTV, HV),
 ]
 
 
@@ -71,7 +76,9 @@ def test_named_adapter_conversions(case: Any) -> None:
 def test_no_adapter_for_downgrades_or_same_format() -> None:
     assert ad.find_adapter("window", TS, TS) is None
     for kind, stored, used in [("window", PH, HEADERS), ("key_value", HEADERS, PLAIN),
-                               ("session", PH, PLAIN), ("window", HEADERS, TS)]:  # fmt: skip
+                               ("session", PH, PLAIN), ("window", HEADERS, TS),
+                               ("session", TS, PH), ("session", PH, TS),
+                               ("session", HEADERS, TS)]:  # fmt: skip
         with pytest.raises(InvalidArgumentError, match="downgrades are not supported"):
             ad.find_adapter(kind, stored, used)
     with pytest.raises(InvalidArgumentError, match="cannot have the PLAIN_HEADERS format"):
