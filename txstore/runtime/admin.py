@@ -21,7 +21,7 @@ from txstore.engine.partition import Partition, writer_probe
 from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.runtime import deep_check
 from txstore.runtime.catalog import RowDecoder, open_view
-from txstore.runtime.statedir import partition_dirs
+from txstore.runtime.statedir import changelog_stores, partition_dirs
 
 __all__ = ["Problem", "check", "dump", "get", "offsets", "partitions_of", "stat"]
 
@@ -304,7 +304,29 @@ def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
                         Problem(number, f"store {name!r}", f"is {ahead} offsets ahead of its "
                                 "changelog: the changelog lost committed data")
                     )  # fmt: skip
+            _check_changelog_only(number, pdir, set(part.store_names()), report)
     return report
+
+
+def _check_changelog_only(
+    number: int | None, pdir: Path, stores: set[str], report: CheckReport
+) -> None:
+    """A changelog without a store in the catalog is an in-memory store's (a task keeps those
+    in memory and restores them from their changelogs): every record is read and checked."""
+    for name in changelog_stores(pdir):
+        if name in stores:
+            continue
+        try:
+            with FileChangelog(pdir / "changelog" / name, readonly=True) as log:
+                read = log.verify()
+        except TxStoreError as exc:
+            report.problems.append(Problem(number, f"changelog {name!r}", str(exc)))
+            continue
+        report.changelog_records += read
+        report.notes.append(
+            Problem(number, f"changelog {name!r}", f"in-memory store, changelog only: "
+                    f"{read:,} records read and checked (its only durable copy)")
+        )  # fmt: skip
 
 
 def _check_rows(part: Partition, name: str, report: CheckReport) -> None:
