@@ -19,7 +19,7 @@ from txstore import codecs
 from txstore.changelog.log import FileChangelog
 from txstore.engine.partition import Partition, writer_probe
 from txstore.errors import InvalidArgumentError, TxStoreError
-from txstore.runtime import deep_check
+from txstore.runtime import changelog_check, deep_check
 from txstore.runtime.catalog import RowDecoder, open_view
 from txstore.runtime.statedir import changelog_stores, partition_dirs
 
@@ -254,7 +254,9 @@ def _check_spill(number: int | None, pdir: Path, report: CheckReport) -> None:
 def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
     """Verify a partition or state directory: every store's metadata is readable and names a
     known kind, every committed row decodes with the store's format (reading every LMDB page),
-    every changelog record passes its checksum, no store is ahead of its changelog, and no
+    every changelog record passes its checksum, no store is ahead of its changelog, the task
+    commit sequence numbers of the changelogs agree (:mod:`txstore.runtime.changelog_check`;
+    an incomplete last task commit is a note: recoverable), and no
     spilled uncommitted data was left behind by a crashed writer (the spill of a live writer is
     a note, not a problem).
 
@@ -305,6 +307,9 @@ def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
                                 "changelog: the changelog lost committed data")
                     )  # fmt: skip
             _check_changelog_only(number, pdir, set(part.store_names()), report)
+        seqs = changelog_check.check_sequences(pdir / "changelog")  # task commit numbers
+        report.problems += [Problem(number, what, detail) for what, detail in seqs.problems]
+        report.notes += [Problem(number, what, detail) for what, detail in seqs.notes]
     return report
 
 
