@@ -219,6 +219,30 @@ def test_materialized_sessioned_table_takes_timestamped_formats() -> None:
         session_builder(Materialized.as_("v").with_retention(RETENTION))
 
 
+def test_sessioned_table_into_timestamped_formats(tmp_path: Path) -> None:
+    """KIP-300's sessioned table: the topic's plain values take each record's timestamp (and
+    headers) through the record converter of the store's format."""
+    serde = txstore.SessionWindowedSerde(Serdes.string())
+    key = serde.serialize(Windowed("u1", SessionWindow(0, 9_000)))
+    hdr = txstore.codecs.encode_headers(HDRS)
+    records = [(key, (3).to_bytes(8, "big"), 9_500, hdr)]
+    with txstore.open(tmp_path / "p") as db:
+        for fmt, expected in (
+            (T, ValueAndTimestamp(3, 9_500)),
+            (H, ValueTimestampHeaders(3, 9_500, HDRS)),
+        ):
+            m = txstore.Materialized(
+                f"s_{fmt.name}",
+                Serdes.string(),
+                Serdes.long(),
+                retention=600_000,
+                segment_interval=300_000,
+                format=fmt,
+            )
+            store = txstore.sessioned_table(records, m, db=db)
+            assert store.fetch_session("u1", 0, 9_000) == expected
+
+
 # ---- changelog and restore -------------------------------------------------------------------
 
 
