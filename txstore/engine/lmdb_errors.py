@@ -14,7 +14,8 @@ LMDB                                   txstore
 ``ReadonlyError``                      :class:`~txstore.errors.ReadOnlyError`
 ``BadValsizeError``                    :class:`~txstore.errors.InvalidArgumentError` (a key,
                                        value or database name of a size LMDB refuses)
-``CorruptedError``,                    :class:`~txstore.errors.DamagedFileError`
+``CorruptedError``,                    :class:`~txstore.errors.DamagedFileError` naming the
+                                       ``data.mdb`` file (:func:`data_file`)
 ``PageNotFoundError``,
 ``InvalidError``,
 ``VersionMismatchError``
@@ -29,6 +30,8 @@ anything else                          :class:`~txstore.errors.StorageError` wit
 
 from __future__ import annotations
 
+import os
+
 import lmdb
 
 from txstore.errors import (
@@ -41,9 +44,20 @@ from txstore.errors import (
     TxStoreError,
 )
 
-__all__ = ["lmdb_error"]
+__all__ = ["DAMAGE", "data_file", "lmdb_error"]
 
-_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)
+#: The LMDB errors that mean a damaged file.
+DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)
+
+
+def data_file(where: str) -> str:
+    """The LMDB data file ``where`` stands for: the ``data.mdb`` of a partition directory's
+    ``data/`` or of the environment directory ``where``, else ``where`` itself (a file, or a
+    directory without one). Called on errors only (it looks at the file system)."""
+    for candidate in (os.path.join(where, "data", "data.mdb"), os.path.join(where, "data.mdb")):
+        if os.path.isfile(candidate):
+            return candidate
+    return where
 
 
 def lmdb_error(exc: lmdb.Error, where: str) -> TxStoreError:
@@ -61,10 +75,12 @@ def lmdb_error(exc: lmdb.Error, where: str) -> TxStoreError:
             f"LMDB refused a key, value or database name of that size in {where!r} (keys and "
             f"database names are 1 to 511 bytes): {exc}"
         )
-    if isinstance(exc, _DAMAGE):
-        return DamagedFileError(where, f"LMDB found it damaged ({exc})")
+    if isinstance(exc, DAMAGE):
+        return DamagedFileError(data_file(where), f"LMDB found it damaged ({exc})")
     if isinstance(exc, lmdb.VersionMismatchError):
-        return DamagedFileError(where, f"written by an LMDB this build cannot read ({exc})")
+        return DamagedFileError(
+            data_file(where), f"written by an LMDB this build cannot read ({exc})"
+        )
     if isinstance(exc, lmdb.ReadersFullError):
         return StorageError(
             f"LMDB reader table of {where!r} is full ({exc}): close idle iterators and "

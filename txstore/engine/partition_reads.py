@@ -29,7 +29,7 @@ from txstore.engine.lmdb_env import (
     TxnReads,
     read_range_rows,
 )
-from txstore.engine.lmdb_errors import lmdb_error
+from txstore.engine.lmdb_errors import DAMAGE, lmdb_error
 from txstore.errors import InvalidArgumentError, SnapshotInvalidatedError, StorageError
 
 __all__ = ["LmdbSnapshot", "PartitionReads"]
@@ -505,7 +505,8 @@ class LmdbSnapshot(Snapshot):
         """``fn(txn, handle)`` on the snapshot's transaction and the handle of ``db`` in it,
         inside the environment's gate (no map resize or reopen of this process can interleave);
         ``default`` if ``db`` did not exist when the snapshot began. LMDB errors raise
-        :class:`~txstore.errors.SnapshotInvalidatedError`."""
+        :class:`~txstore.errors.SnapshotInvalidatedError`, but a damaged page
+        :class:`~txstore.errors.DamagedFileError` naming ``data.mdb``."""
         self._check()
         sh = self._sh
         sh.gate.enter()
@@ -526,6 +527,8 @@ class LmdbSnapshot(Snapshot):
                     f"LMDB refused a key of that size (1 to 511 bytes): {exc}"
                 ) from exc
             except lmdb.Error as exc:
+                if isinstance(exc, DAMAGE):  # a damaged page, not a dead snapshot
+                    raise lmdb_error(exc, str(self.partition.path)) from exc
                 raise SnapshotInvalidatedError(f"snapshot is no longer usable: {exc}") from exc
         finally:
             sh.gate.leave()

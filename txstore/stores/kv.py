@@ -29,9 +29,10 @@ from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
 from txstore.engine.overlay import NOT_FOUND
 from txstore.engine.partition import Partition
-from txstore.errors import InvalidArgumentError
+from txstore.errors import InvalidArgumentError, SerializationError
 from txstore.stores.formats import ValueCodec
 from txstore.stores.serdes import BytesSerde, Serde
+from txstore.stores.stored_errors import stored_bytes_error
 from txstore.types import KeyValue
 
 __all__ = ["KeyValueIterator", "KeyValueStore", "ReadOnlyKeyValueStore"]
@@ -72,7 +73,10 @@ class KeyValueIterator(Generic[K, V]):
 
     def __next__(self) -> KeyValue[K, V]:
         k, v = next(self._inner)
-        return _new_tuple(KeyValue, (self._decode_key(k), self._decode_value(v)))
+        try:
+            return _new_tuple(KeyValue, (self._decode_key(k), self._decode_value(v)))
+        except SerializationError as exc:  # stored bytes: name the store, file and key
+            raise stored_bytes_error(_store_of(self._decode_value), k, exc) from exc
 
     def has_next(self) -> bool:
         """Whether another pair follows. O(1) amortized (it may read the next chunk)."""
@@ -84,7 +88,10 @@ class KeyValueIterator(Generic[K, V]):
         O(1) amortized (it may read the next chunk) plus one key deserialization.
         """
         k = self._inner.peek_next_key()
-        return None if k is None else self._decode_key(k)
+        try:
+            return None if k is None else self._decode_key(k)
+        except SerializationError as exc:
+            raise stored_bytes_error(_store_of(self._decode_value), k, exc) from exc
 
     def close(self) -> None:
         """Release the iterator's resources (its buffered chunk); idempotent. O(1)."""
@@ -95,6 +102,11 @@ class KeyValueIterator(Generic[K, V]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _store_of(decode_value: Any) -> Any:
+    """The typed store whose bound method ``decode_value`` is (``None`` for a function)."""
+    return getattr(decode_value, "__self__", None)
 
 
 if TYPE_CHECKING:
@@ -144,6 +156,7 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         stored_format: ValueFormat | None = None,
     ) -> None:
         self._inner = inner
+        self._damage_origin: Any = inner  # where its bytes are (a view: its store's)
         self.key_serde = key_serde
         """The key serde."""
         self.codec = codec
@@ -191,6 +204,14 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         result: V | None = self.codec.decode(raw)
         return result
 
+    def _decode_at(self, key: object, raw: bytes | None) -> V | None:
+        """:meth:`decode_value` of the bytes stored under ``key``: a decode failure names the
+        store, its file and the key."""
+        try:
+            return self.decode_value(raw)
+        except SerializationError as exc:
+            raise stored_bytes_error(self, key, exc) from exc
+
     def _iter(self, inner: BytesIterator) -> KeyValueIterator[K, V]:
         if self._raw_keys and self._raw_values:
             return _RawKeyValueIterator(inner)
@@ -220,7 +241,10 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         raw = self._inner.get(key if type(key) is bytes and self._raw_keys else self._key(key))
         if self._raw_values:
             return raw  # type: ignore[no-any-return]
-        return self.decode_value(raw)
+        try:
+            return self.decode_value(raw)
+        except SerializationError as exc:  # stored bytes: name the store, file and key
+            raise stored_bytes_error(self, key, exc) from exc
 
     def range(self, key_from: K | None, key_to: K | None) -> KeyValueIterator[K, V]:
         """Pairs with ``key_from <= key <= key_to`` in key order; ``None`` is unbounded.
@@ -272,9 +296,13 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
         O(1): opens one LMDB read transaction, held until the view is closed (an in-memory
         store copies its table of databases, the data itself copy-on-write).
         """
-        return ReadOnlyKeyValueStore(
-            self._inner.snapshot(), self.key_serde, self.codec, self.stored_format
-        )
+        return self._view(self._inner.snapshot())
+
+    def _view(self, inner: Any) -> ReadOnlyKeyValueStore[K, V]:
+        """A typed view of the bytes view ``inner``, whose bytes are this store's."""
+        view = ReadOnlyKeyValueStore(inner, self.key_serde, self.codec, self.stored_format)
+        view._damage_origin = self._damage_origin
+        return view
 
     @property
     def committed_offset(self) -> int | None:
@@ -430,7 +458,7 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         if old is None:
             self._inner.put(kb, self._encode(value))
             return None
-        return self.decode_value(old)
+        return self._decode_at(key, old)
 
     def put_all(self, entries: Iterable[tuple[K, V | None]]) -> None:
         """Put every ``(key, value)`` pair (``KeyValue`` works too), in order.
@@ -447,7 +475,7 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         The cost of a :meth:`get` plus, when the key had a value, a :meth:`put` of a
         tombstone; raises as they do.
         """
-        return self.decode_value(self._inner.delete(self._key(key)))
+        return self._decode_at(key, self._inner.delete(self._key(key)))
 
     # ---- transactions -------------------------------------------------------------
 
@@ -490,12 +518,7 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         Safe to use from other threads while the owner writes and commits; it never blocks
         the writer. O(1) to create; its reads cost as :class:`ReadOnlyKeyValueStore` says.
         """
-        return ReadOnlyKeyValueStore(
-            self._inner.read_committed(),
-            self.key_serde,
-            self.codec,
-            self.stored_format,
-        )
+        return self._view(self._inner.read_committed())
 
     # ---- state ----------------------------------------------------------------------
 

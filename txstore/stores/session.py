@@ -54,8 +54,14 @@ from typing import Any, TypeVar, overload
 
 from txstore.bytestores.segments import RowsIterator, SegmentedBytesStore
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
-from txstore.errors import InvalidArgumentError, InvalidTypeError, UnsupportedOperationError
+from txstore.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    SerializationError,
+    UnsupportedOperationError,
+)
 from txstore.stores.kv import KeyValueIterator
+from txstore.stores.stored_errors import stored_bytes_error
 from txstore.stores.window import StoreControl, TypedSegmentedStore, decoded_iterator, to_millis
 from txstore.types import KeyValue, SessionWindow, Windowed, check_long
 
@@ -166,27 +172,31 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         return self._find(args, reverse=True)
 
     def _find(self, args: tuple[Any, ...], reverse: bool) -> KeyValueIterator[Windowed[K], V]:
-        inner = self._inner
-        if len(args) == 2:
-            if inner.store.persistent:
-                raise UnsupportedOperationError(_UNSUPPORTED)
-            t0 = to_millis("earliest_session_end", args[0])
-            t1 = to_millis("latest_session_end", args[1])
-            return self._iter(inner.fetch_by_segment_time(t0, t1))
-        if len(args) == 3:
-            kb = self._key(args[0], 16)
-            t0 = to_millis("earliest_session_end", args[1])
-            t1 = to_millis("latest_session_start", args[2])
-            return self._iter(inner.fetch(kb, None, t0, t1, reverse=reverse, single_key=True))
-        if len(args) == 4:
-            lo, hi = self._bound(args[0], 16), self._bound(args[1], 16)
-            t0 = to_millis("earliest_session_end", args[2])
-            t1 = to_millis("latest_session_start", args[3])
-            return self._iter(inner.fetch(lo, hi, t0, t1, reverse=reverse))
-        raise InvalidTypeError(
-            f"find_sessions takes (earliest_end, latest_end), (key, earliest_end, "
-            f"latest_start) or (key_from, key_to, earliest_end, latest_start); got {len(args)}"
-        )
+        try:  # stored bytes that do not decode: the error names the store, file and key
+            inner = self._inner
+            if len(args) == 2:
+                if inner.store.persistent:
+                    raise UnsupportedOperationError(_UNSUPPORTED)
+                t0 = to_millis("earliest_session_end", args[0])
+                t1 = to_millis("latest_session_end", args[1])
+                return self._iter(inner.fetch_by_segment_time(t0, t1))
+            if len(args) == 3:
+                kb = self._key(args[0], 16)
+                t0 = to_millis("earliest_session_end", args[1])
+                t1 = to_millis("latest_session_start", args[2])
+                return self._iter(inner.fetch(kb, None, t0, t1, reverse=reverse, single_key=True))
+            if len(args) == 4:
+                lo, hi = self._bound(args[0], 16), self._bound(args[1], 16)
+                t0 = to_millis("earliest_session_end", args[2])
+                t1 = to_millis("latest_session_start", args[3])
+                return self._iter(inner.fetch(lo, hi, t0, t1, reverse=reverse))
+            raise InvalidTypeError(
+                f"find_sessions takes (earliest_end, latest_end), (key, earliest_end, "
+                f"latest_start) or (key_from, key_to, earliest_end, latest_start); got {len(args)}"
+            )
+        except SerializationError as exc:
+            key = args[0] if len(args) == 3 else args[:2] if len(args) == 4 else None
+            raise stored_bytes_error(self, key, exc) from exc
 
     def fetch(
         self, key_or_from: K | None, key_to: Any = ..., /
@@ -212,7 +222,10 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         kb = self._key(key, 16)
         start = to_millis("session_start", session_start)
         end = to_millis("session_end", session_end)
-        return self._decode(self._inner.get(kb + _QQ.pack(end, start)))
+        try:
+            return self._decode(self._inner.get(kb + _QQ.pack(end, start)))
+        except SerializationError as exc:
+            raise stored_bytes_error(self, key, exc) from exc
 
 
 class SessionStore(StoreControl, ReadOnlySessionStore[K, V]):

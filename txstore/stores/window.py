@@ -54,10 +54,11 @@ from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
 from txstore.engine.iterators import Row
-from txstore.errors import InvalidArgumentError, InvalidTypeError
+from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
 from txstore.stores.formats import ValueCodec
 from txstore.stores.kv import KeyValueIterator
 from txstore.stores.serdes import Serde, StringSerde
+from txstore.stores.stored_errors import stored_bytes_error
 from txstore.types import KeyValue, TimeWindow, Windowed, check_long
 
 __all__ = [
@@ -445,12 +446,15 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         amortized per window. The module docstring has examples."""
         # Positional parameters rather than ``*args``: the single-key fetch, the common case,
         # then costs one plain call into ``_fetch_key`` (0.3 us less than through a tuple).
-        if d is _NO and c is not _NO and self._rows_fast:
-            return self._fetch_key(a, b, c, False)
-        args = (a, b, c, d)[: (a is not _NO) + (b is not _NO) + (c is not _NO) + (d is not _NO)]
-        if len(args) == 2:
-            return self._fetch_one(args[0], to_millis("time", args[1]))
-        return self._fetch(args + more, reverse=False)
+        try:  # stored bytes that do not decode: the error names the store, file and key
+            if d is _NO and c is not _NO and self._rows_fast:
+                return self._fetch_key(a, b, c, False)
+            args = (a, b, c, d)[: (a is not _NO) + (b is not _NO) + (c is not _NO) + (d is not _NO)]
+            if len(args) == 2:
+                return self._fetch_one(args[0], to_millis("time", args[1]))
+            return self._fetch(args + more, reverse=False)
+        except SerializationError as exc:
+            raise stored_bytes_error(self, a if d is _NO else (a, b), exc) from exc
 
     @overload
     def backward_fetch(
@@ -467,7 +471,10 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
     ) -> KeyValueIterator[Windowed[K], V]: ...
     def backward_fetch(self, *args: Any) -> Any:
         """The windows of :meth:`fetch` (3 or 4 arguments), in reverse order; same cost."""
-        return self._fetch(args, reverse=True)
+        try:
+            return self._fetch(args, reverse=True)
+        except SerializationError as exc:
+            raise stored_bytes_error(self, args[:1] if len(args) < 4 else args[:2], exc) from exc
 
     def _fetch_one(self, key: K, time: int) -> V | None:
         kb = self._key(key, 12)
