@@ -162,23 +162,72 @@ def test_single_key_fetch_never_returns_a_longer_key(env: Env) -> None:
     assert single(b.fetch(b"\x00\x00", 0, 10)) == [(0, "0000")]
 
 
-def test_key_range_fetch_segment_then_key_order(env: Env) -> None:
+# Rows whose key order and time order differ, in two segments (60 s each): persistent stores
+# return segment, then key, then time (Kafka's RocksDBWindowStore over WindowKeySchema keys);
+# in-memory stores return time, then key, then sequence number (Kafka's InMemoryWindowStore).
+ORDER_ROWS = (("c", 500), ("b", 0), ("a", 1_000), ("a", 0), ("d", 70_000), ("a", 71_000))
+SEGMENT_KEY_TIME = [("a", 0), ("a", 1_000), ("b", 0), ("c", 500), ("a", 71_000), ("d", 70_000)]
+TIME_KEY = [("a", 0), ("b", 0), ("c", 500), ("a", 1_000), ("d", 70_000), ("a", 71_000)]
+
+
+def put_order_rows(env: Env, w: WindowStore[Any, Any]) -> list[tuple[str, int]]:
+    """Write :data:`ORDER_ROWS`; return the order this backend iterates them in."""
+    for k, t in ORDER_ROWS:
+        w.put(k, wrap(env.fmt, f"{k}{t}"), t)
+    return SEGMENT_KEY_TIME if env.persistent else TIME_KEY
+
+
+def keys_times(it: Any) -> list[tuple[str, int]]:
+    got = ranged(it)
+    assert all(v == f"{k}{t}" for k, t, v in got)
+    return [(k, t) for k, t, _ in got]
+
+
+def test_key_range_fetch_order_per_backend(env: Env) -> None:
     w = env.open()
-    for t in (0, 70_000):  # two segments
-        for k in ("c", "a", "b", "d"):
-            w.put(k, wrap(env.fmt, f"{k}{t}"), t)
-    got = ranged(w.fetch("a", "c", 0, 100_000))
-    assert got == [
-        ("a", 0, "a0"), ("b", 0, "b0"), ("c", 0, "c0"),
-        ("a", 70_000, "a70000"), ("b", 70_000, "b70000"), ("c", 70_000, "c70000"),
-    ]  # fmt: skip
-    assert ranged(w.backward_fetch("a", "c", 0, 100_000)) == got[::-1]
-    assert [k for k, _, _ in ranged(w.fetch(None, "b", 0, 0))] == ["a", "b"]
-    assert [k for k, _, _ in ranged(w.fetch("c", None, 60_000, 80_000))] == ["c", "d"]
-    assert len(ranged(w.fetch(None, None, 0, 100_000))) == 8
+    order = put_order_rows(env, w)
+    in_range = [r for r in order if "a" <= r[0] <= "c"]
+    assert keys_times(w.fetch("a", "c", 0, 100_000)) == in_range
+    assert keys_times(w.backward_fetch("a", "c", 0, 100_000)) == in_range[::-1]
+    assert keys_times(w.fetch(None, "b", 0, 0)) == [("a", 0), ("b", 0)]
+    assert keys_times(w.fetch("c", None, 0, 80_000)) == [r for r in order if r[0] >= "c"]
+    assert keys_times(w.fetch(None, None, 0, 100_000)) == order
+    # a single key's windows are in time order on both backends
+    assert single(w.fetch("a", 0, 100_000)) == [(0, "a0"), (1_000, "a1000"), (71_000, "a71000")]
+    assert [t for t, _ in single(w.backward_fetch("a", 0, 100_000))] == [71_000, 1_000, 0]
     with w.fetch("a", "a", 0, 0) as it:
         kv = next(it)
         assert kv.key == Windowed("a", TimeWindow(0, SIZE))
+
+
+def test_fetch_all_and_all_order_per_backend(env: Env) -> None:
+    w = env.open()
+    order = put_order_rows(env, w)
+    first_segment = [r for r in order if r[1] <= 1_000]
+    assert keys_times(w.fetch_all(0, 1_000)) == first_segment
+    assert keys_times(w.backward_fetch_all(0, 1_000)) == first_segment[::-1]
+    assert keys_times(w.fetch_all(0, 100_000)) == order
+    assert keys_times(w.all()) == order
+    assert keys_times(w.backward_all()) == order[::-1]
+    ro = w.read_committed()  # a read-committed view iterates in its store's order
+    w.commit(1)
+    assert keys_times(ro.all()) == order
+    assert keys_times(ro.backward_fetch_all(0, 100_000)) == order[::-1]
+    assert keys_times(ro.fetch("a", "c", 0, 100_000)) == [r for r in order if r[0] <= "c"]
+
+
+def test_retained_duplicates_order_per_backend(env: Env) -> None:
+    """With duplicates, Kafka's in-memory store orders one start time's rows by the bytes
+    ``key || I(seqnum)``: one key's duplicates in put order."""
+    w = env.open("dups", retain=True)
+    for k, t, v in (("b", 0, "b1"), ("a", 1_000, "a2"), ("a", 0, "a3"), ("b", 0, "b4")):
+        w.put(k, wrap(env.fmt, v), t)
+    got = [(k, t, v) for k, t, v in ranged(w.all())]
+    if env.persistent:
+        assert got == [("a", 0, "a3"), ("a", 1_000, "a2"), ("b", 0, "b1"), ("b", 0, "b4")]
+    else:
+        assert got == [("a", 0, "a3"), ("b", 0, "b1"), ("b", 0, "b4"), ("a", 1_000, "a2")]
+    assert ranged(w.backward_fetch("a", "b", 0, 1_000)) == got[::-1]
 
 
 def test_key_range_upper_bound_truncation(env: Env) -> None:
@@ -224,17 +273,6 @@ def test_retain_duplicates(env: Env) -> None:
     assert keys == [
         b"k" + (t).to_bytes(8, "big") + s.to_bytes(4, "big") for t, s in ((5, 1), (5, 2), (6, 3))
     ]
-
-
-def test_fetch_all_all_and_backward(env: Env) -> None:
-    w = env.open()
-    for k, t in (("b", 0), ("a", 1_000), ("c", 70_000)):
-        w.put(k, wrap(env.fmt, k), t)
-    # key-major within a segment (Kafka's WindowKeySchema order), not time-major
-    assert ranged(w.fetch_all(0, 1_000)) == [("a", 1_000, "a"), ("b", 0, "b")]
-    assert ranged(w.backward_fetch_all(0, 1_000)) == [("b", 0, "b"), ("a", 1_000, "a")]
-    assert [k for k, _, _ in ranged(w.all())] == ["a", "b", "c"]
-    assert [k for k, _, _ in ranged(w.backward_all())] == ["c", "b", "a"]
 
 
 def test_window_end_is_start_plus_size_clamped(env: Env) -> None:

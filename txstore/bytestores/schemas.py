@@ -84,8 +84,15 @@ class KeySchema:
         raise NotImplementedError
 
     def time_order_key(self, raw: bytes) -> Any:
-        """Sort key ``(segment timestamp, key, rest)`` of a raw store key."""
+        """Sort key of a raw store key in the order of Kafka's in-memory store of this kind
+        (``docs/stores.md``, "Iteration order")."""
         raise NotImplementedError
+
+    def single_key_needs_sort(self) -> bool:
+        """True if one key's rows, in store-key order, are not yet in :meth:`time_order_key`
+        order (the session layout: Kafka's in-memory store returns one end's sessions latest
+        start first)."""
+        return False
 
     def _check(self, raw: bytes) -> None:
         if len(raw) < self.suffix:
@@ -155,8 +162,13 @@ class WindowKeySchema(KeySchema):
         return many
 
     def time_order_key(self, raw: bytes) -> Any:
+        """``L(start) || key || I(seq)``: by window start, then by the bytes ``key ||
+        I(seq)``, as Kafka's ``InMemoryWindowStore`` orders one start's map (its keys are the
+        serialized key, with the sequence number appended when it retains duplicates; the
+        sequence number of a store without duplicates is always 0, which keeps plain key
+        order)."""
         n = len(raw) - 12
-        return (_Q.unpack_from(raw, n)[0], raw[:n], raw[n + 8 :])
+        return raw[n : n + 8] + raw[:n] + raw[n + 8 :]
 
 
 class SessionKeySchema(KeySchema):
@@ -220,6 +232,11 @@ class SessionKeySchema(KeySchema):
         return many
 
     def time_order_key(self, raw: bytes) -> Any:
+        """``(end, key, -start)``: Kafka's ``InMemorySessionStore`` maps end -> key -> start
+        and walks the starts of one end and key **descending** in a forward iteration."""
         n = len(raw) - 16
         end, start = _QQ.unpack_from(raw, n)
-        return (end, raw[:n], start)
+        return (end, raw[:n], -start)
+
+    def single_key_needs_sort(self) -> bool:
+        return True

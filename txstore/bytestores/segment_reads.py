@@ -5,7 +5,18 @@ and its read-committed views (:class:`SegmentedReads`); the views themselves are
 Reads follow Kafka's ``AbstractRocksDBSegmentedBytesStore``: segments are searched one after
 another (ascending, or descending for backward reads), each with the key schema's range bounds,
 and the schema's filter (``hasNextCondition``) keeps only the rows of the asked keys and times;
-records older than ``observed - retention + 1`` are skipped. A single-key fetch whose segments
+records older than ``observed - retention + 1`` are skipped. In-memory stores return key-range
+and time-range reads in the order of Kafka's in-memory stores instead (each segment's rows
+sorted by the schema's :meth:`~txstore.bytestores.schemas.KeySchema.time_order_key`;
+``docs/stores.md``, "Iteration order").
+
+**Dropped segments.** Every segment carries a *liveness cell*, a list that holds one element
+while the segment is live and is emptied when retention drops it (or the store closes). An
+iterator consults the cell of the segment its next row comes from before returning that row
+(Kafka's ``SegmentIterator`` checks ``currentSegment.isOpen()``): once a segment is dropped,
+no more of its rows come out, buffered or not, and the iterator goes on with the next segment.
+A store's cells follow its own (uncommitted) segment set; a read-committed view's follow the
+committed one (:meth:`SegmentedStoreState.committed_cell`). A single-key fetch whose segments
 hold few rows in range is read in one go (one short read per segment, stopping at the range's
 end) and returned as a :class:`RowsIterator`; anything else streams through a
 :class:`SegmentIterator` in chunks. See :mod:`txstore.bytestores.segments` for the store itself.
@@ -15,7 +26,7 @@ from __future__ import annotations
 
 import struct
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -100,8 +111,6 @@ class SegmentedStoreState(Protocol):
     @property
     def is_open(self) -> bool: ...
     @property
-    def alive(self) -> Iterator[list[bool]]: ...
-    @property
     def schema(self) -> KeySchema: ...
     @property
     def window(self) -> bool: ...
@@ -124,21 +133,44 @@ class SegmentedStoreState(Protocol):
     @property
     def iterators(self) -> IteratorRegistry: ...
 
+    @property
+    def open_cell(self) -> list[bool]:
+        """A liveness cell that holds an element while the store is open."""
+        ...
+
     def check_open(self) -> None: ...
 
     def segment_db(self, sid: int) -> bytes: ...
 
+    def committed_cell(self, sid: int) -> list[bool]:
+        """The liveness cell of segment ``sid`` as committed: emptied once a commit dropped
+        it (or the store closed)."""
+        ...
+
+
+#: The liveness cell of a segment that is never dropped under an iterator (an empty source).
+LIVE: Final[list[bool]] = [True]
+
 
 class Segment:
-    """One segment: its id, the format of its values, its database and (writer) overlay."""
+    """One segment: its id, the format of its values, its database, (writer) overlay and
+    liveness cell (see the module docstring)."""
 
-    __slots__ = ("db", "fmt", "id", "ov")
+    __slots__ = ("cell", "db", "fmt", "id", "ov")
 
-    def __init__(self, sid: int, fmt: ValueFormat, db: bytes, ov: DbOverlay | None) -> None:
+    def __init__(
+        self,
+        sid: int,
+        fmt: ValueFormat,
+        db: bytes,
+        ov: DbOverlay | None,
+        cell: list[bool] | None = None,
+    ) -> None:
         self.id = sid
         self.fmt = fmt
         self.db = db
         self.ov = ov
+        self.cell: list[bool] = [True] if cell is None else cell
 
 
 class SegmentIterator(KeyValueIterator):
@@ -146,14 +178,17 @@ class SegmentIterator(KeyValueIterator):
 
     Within each segment it reads ``rng`` forward or backward, keeps the rows ``cond`` accepts
     (the key schema's ``hasNextCondition``), and converts values stored in an older format.
-    ``sort_key``, if given, sorts each segment's rows (the in-memory session store's time-only
-    query). Same guarantees as :class:`~txstore.engine.iterators.ChunkedIterator`: writes made while
-    it is open never break it; a segment dropped meanwhile yields nothing more.
+    ``sort_key``, if given, reads each segment whole and sorts its rows (the in-memory
+    stores' time order). Same guarantees as :class:`~txstore.engine.iterators.ChunkedIterator`:
+    writes made while it is open never break it. A segment dropped meanwhile yields nothing
+    more, not even rows already buffered: each row's segment cell is checked before it is
+    returned.
     """
 
     __slots__ = (
         "_base",
         "_buf",
+        "_cell",
         "_chunk",
         "_closed",
         "_cond",
@@ -199,10 +234,11 @@ class SegmentIterator(KeyValueIterator):
         self._pos = 0
         self._chunk = first_chunk
         self._closed = False
+        self._cell = LIVE  # the liveness cell of the segment the buffered rows come from
 
     def __next__(self) -> tuple[bytes, bytes]:
         i = self._pos
-        if i < len(self._buf) or self._fill():
+        if (i < len(self._buf) and self._cell) or self._fill():
             row: tuple[bytes, bytes] = self._buf[self._pos]
             self._pos += 1
             return row
@@ -214,7 +250,9 @@ class SegmentIterator(KeyValueIterator):
         if src is None:
             if self._i >= len(self._segs):
                 return None
-            src, self._seg = self._open_segment(self._segs[self._i])
+            src, seg = self._open_segment(self._segs[self._i])
+            self._seg = seg
+            self._cell = LIVE if seg is None else seg.cell
             self._i += 1
             self._src, self._rng, self._chunk = src, self._base, self._first
         if self._sort_key is not None:
@@ -246,6 +284,8 @@ class SegmentIterator(KeyValueIterator):
 
     def _fill(self) -> bool:
         while not self._closed:
+            if not self._cell:  # the current segment was dropped: skip the rest of it
+                self._src, self._seg, self._cell = None, None, LIVE
             rows = self._next_rows()
             if rows is None:
                 break
@@ -256,7 +296,7 @@ class SegmentIterator(KeyValueIterator):
         return False
 
     def peek_next_key(self) -> bytes | None:
-        if self._pos < len(self._buf) or self._fill():
+        if (self._pos < len(self._buf) and self._cell) or self._fill():
             key: bytes = self._buf[self._pos][0]
             return key
         return None
@@ -286,29 +326,46 @@ class RowsIterator(KeyValueIterator):
     """An iterator over rows already read (a short single-key fetch, read in one go).
 
     It holds no LMDB transaction or cursor, so it needs no registration; it still reports no
-    next element once closed or once its store is closed, like every store iterator.
+    next element once closed or once its store is closed, like every store iterator, and
+    skips the rows whose segment was dropped since: ``cells[i]`` is the liveness cell of the
+    segment of ``rows[i]`` (see the module docstring).
     """
 
-    __slots__ = ("_closed", "_pos", "rows", "store")
+    __slots__ = ("_closed", "_pos", "cells", "rows", "store")
 
-    def __init__(self, rows: list[tuple[bytes, bytes]], store: SegmentedStoreState) -> None:
+    def __init__(
+        self,
+        rows: list[tuple[bytes, bytes]],
+        store: SegmentedStoreState,
+        cells: list[list[bool]],
+    ) -> None:
         self.rows = rows
+        self.cells = cells
         self._pos = 0
         self.store = store
         self._closed = False
 
+    def _advance(self) -> int:
+        """The index of the next row to return (``len(rows)``: none), past dropped rows."""
+        i, n, cells = self._pos, len(self.rows), self.cells
+        if self._closed or not self.store.is_open:
+            return n
+        while i < n and not cells[i]:
+            i += 1
+        self._pos = i
+        return i
+
     def __next__(self) -> tuple[bytes, bytes]:
-        i = self._pos
-        if i < len(self.rows) and self.store.is_open and not self._closed:
+        i = self._advance()
+        if i < len(self.rows):
             self._pos = i + 1
             return self.rows[i]
         self._closed = True
         raise StopIteration
 
     def peek_next_key(self) -> bytes | None:
-        if self._pos < len(self.rows) and self.store.is_open and not self._closed:
-            return self.rows[self._pos][0]
-        return None
+        i = self._advance()
+        return self.rows[i][0] if i < len(self.rows) else None
 
     def close(self) -> None:
         self._closed = True
@@ -375,6 +432,13 @@ class SegmentedReads:
     def _min_time(self) -> int:
         st = self.store
         return st.observed_stream_time - st.retention + 1
+
+    def _time_order(self) -> Callable[[bytes], Any] | None:
+        """The sort key of multi-key reads: the schema's time order for an in-memory store
+        (Kafka's ``InMemoryWindowStore`` / ``InMemorySessionStore``), None for a persistent
+        one (segment, then store-key order, as Kafka's segmented RocksDB stores)."""
+        st = self.store
+        return None if st.persistent else st.schema.time_order_key
 
     def _window_bounds(
         self, key: bytes, time_from: int, time_to: int
@@ -456,31 +520,50 @@ class SegmentedReads:
         last = segment_id(schema.search_to(time_to), st.segment_interval)
         sids = [s for s in self._segment_ids() if first <= s <= last]
         cond = schema.condition(key_from, key_to, actual_from, time_to, single_key)
+        order = self._time_order()
+        if single_key and order is not None and not schema.single_key_needs_sort():
+            order = None  # one key's windows are in time order already
         if single_key and sids:
             assert lo is not None and hi is not None
-            fast = self._fetch_small(sids, lo, hi, reverse, cond)
+            fast = self._fetch_small(sids, lo, hi, reverse, cond, order)
             if fast is not None:
                 return fast
         # A chunk read stops at the range's end only after ``n`` rows: one key's windows in a
         # segment are usually few, so a single-key scan starts small (8 rows) and doubles.
         first = SINGLE_KEY_FIRST_CHUNK if single_key else CHUNK_MIN
-        return self._iterate(sids, KeyRange(lo, hi), reverse, cond, None, first)
+        return self._iterate(sids, KeyRange(lo, hi), reverse, cond, order, first)
 
     def _fetch_small(
-        self, sids: list[int], lo: bytes, hi: bytes, reverse: bool, cond: Callable[[bytes], bool]
+        self,
+        sids: list[int],
+        lo: bytes,
+        hi: bytes,
+        reverse: bool,
+        cond: Callable[[bytes], bool],
+        order: Callable[[bytes], Any] | None = None,
     ) -> RowsIterator | None:
         """A single-key fetch read in one go, one short read per segment, when every segment
-        holds few rows in range (None: use the chunked iterator)."""
+        holds few rows in range (None: use the chunked iterator); ``order`` sorts each
+        segment's rows."""
         out: list[tuple[bytes, bytes]] = []
+        cells: list[list[bool]] = []
         for sid in reversed(sids) if reverse else sids:
             rows = self._read_small(sid, lo, hi, reverse)
             if rows is None:
                 return None
             rows = [r for r in rows if cond(r[0])]
+            if order is not None:
+                rows.sort(key=lambda r: order(r[0]))
             if reverse:
                 rows.reverse()
-            out += rows
-        return RowsIterator(out, self.store)
+            if rows:
+                out += rows
+                cells += [self._cell(sid)] * len(rows)
+        return RowsIterator(out, self.store, cells)
+
+    def _cell(self, sid: int) -> list[bool]:
+        """The liveness cell of segment ``sid`` for this reader."""
+        raise NotImplementedError
 
     def fetch_all(self, time_from: int, time_to: int, *, reverse: bool = False) -> KeyValueIterator:
         """Every key's records with a segment timestamp in ``[time_from, time_to]``."""
@@ -493,19 +576,19 @@ class SegmentedReads:
         last = segment_id(st.schema.search_to(time_to), st.segment_interval)
         sids = [s for s in self._segment_ids() if first <= s <= last]
         cond = st.schema.condition(None, None, actual_from, time_to, False)
-        return self._iterate(sids, KeyRange(), reverse, cond)
+        return self._iterate(sids, KeyRange(), reverse, cond, self._time_order())
 
     def all(self, *, reverse: bool = False) -> KeyValueIterator:
         """Every unexpired record, segment by segment."""
         self.check_open()
         actual_from = max(0, self._min_time())
         cond = self.store.schema.condition(None, None, actual_from, 2**63 - 1, False)
-        return self._iterate(self._segment_ids(), KeyRange(), reverse, cond)
+        return self._iterate(self._segment_ids(), KeyRange(), reverse, cond, self._time_order())
 
     def fetch_by_segment_time(self, time_from: int, time_to: int) -> KeyValueIterator:
-        """Records whose segment timestamp is in ``[time_from, time_to]``, ordered by that
-        timestamp, then key, then the rest of the key (the in-memory session store's
-        time-only ``findSessions``; each segment is read and sorted whole)."""
+        """Records whose segment timestamp is in ``[time_from, time_to]``, in the schema's
+        :meth:`~txstore.bytestores.schemas.KeySchema.time_order_key` order (the in-memory
+        session store's time-only ``findSessions``; each segment is read and sorted whole)."""
         self.check_open()
         st = self.store
         actual_from = max(time_from, self._min_time())

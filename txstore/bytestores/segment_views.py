@@ -52,6 +52,16 @@ class SegmentedReadCommittedView(SegmentedReads):
     A commit that converts an old-format segment in place (lazy upgrade) rewrites both at once,
     so a reader never decodes converted rows with the old format, even when that commit lands
     between the query's listing of the segments and its reads, or between two chunks.
+
+    Dropped segments: an open iterator of the view returns no more rows of a segment once the
+    drop of that segment is **committed** (a staged drop is uncommitted state, which the view
+    does not see). In the writer's process each row's segment is checked through the store's
+    committed liveness cells
+    (:meth:`~txstore.bytestores.segments.SegmentedBytesStore.committed_cell`); a view in
+    another process sees the drop at its next chunk read, which re-reads the segment's registry
+    entry (rows already buffered, at most one chunk, can still come out there). A snapshot view
+    is one committed state: its iterators return the rows of that state whatever is dropped
+    after the snapshot was taken.
     """
 
     def __init__(
@@ -95,6 +105,11 @@ class SegmentedReadCommittedView(SegmentedReads):
     def _register(self, it: KeyValueIterator) -> KeyValueIterator:
         self.store.iterators.add(it)
         return super()._register(it)
+
+    def _cell(self, sid: int) -> list[bool]:
+        if self._snap is not None:
+            return self.store.open_cell
+        return self.store.committed_cell(sid)
 
     def _source(self, db: bytes) -> ChunkSource:
         if self._snap is None:
@@ -144,7 +159,7 @@ class SegmentedReadCommittedView(SegmentedReads):
             fmt = self._format_of(sid)
             if fmt is None:
                 return EMPTY_SOURCE, None
-            return self._source(db), Segment(sid, fmt, db, None)
+            return self._source(db), Segment(sid, fmt, db, None, st.open_cell)
         p, dbs, dst = st.partition, (st.registry_db, db), st.format
 
         def chunk(reads: AtomicReads, rng: KeyRange, reverse: bool, n: int) -> Any:
@@ -163,24 +178,38 @@ class SegmentedReadCommittedView(SegmentedReads):
             return result
 
         # Rows come out of ``read`` in the store's format already: no conversion downstream.
-        return FnSource(read), Segment(sid, dst, db, None)
+        return FnSource(read), Segment(sid, dst, db, None, st.committed_cell(sid))
 
     def _fetch_small(
-        self, sids: list[int], lo: bytes, hi: bytes, reverse: bool, cond: Callable[[bytes], bool]
+        self,
+        sids: list[int],
+        lo: bytes,
+        hi: bytes,
+        reverse: bool,
+        cond: Callable[[bytes], bool],
+        order: Callable[[bytes], Any] | None = None,
     ) -> RowsIterator | None:
         """A single-key fetch in one read transaction (see :meth:`_read_rows`), filtered by
-        ``cond``; None when a segment holds more than :data:`SMALL_READ_LIMIT` rows in range."""
-        rows = self._read_rows(sids[::-1] if reverse else sids, lo, hi, reverse)
-        return None if rows is None else RowsIterator([r for r in rows if cond(r[0])], self.store)
+        ``cond``; None when a segment holds more than :data:`SMALL_READ_LIMIT` rows in range
+        (or ``order`` asks for a sort: then the segment-by-segment path sorts)."""
+        if order is not None:
+            return super()._fetch_small(sids, lo, hi, reverse, cond, order)
+        read = self._read_rows(sids[::-1] if reverse else sids, lo, hi, reverse)
+        if read is None:
+            return None
+        rows, cells = read
+        keep = [i for i, r in enumerate(rows) if cond(r[0])]
+        return RowsIterator([rows[i] for i in keep], self.store, [cells[i] for i in keep])
 
     def _read_rows(
         self, sids: list[int], lo: bytes, hi: bytes, reverse: bool
-    ) -> list[tuple[bytes, bytes]] | None:
+    ) -> tuple[list[tuple[bytes, bytes]], list[list[bool]]] | None:
         """The rows of ``[lo, hi]`` of segments ``sids`` (in that order; each segment's rows
         in scan order) in the store's format, read in one read transaction with every
         segment's registry entry (one begin for all the segments, and one committed state for
-        the whole fetch); None for a snapshot view or when a segment holds more than
-        :data:`SMALL_READ_LIMIT` rows in range."""
+        the whole fetch), and the committed liveness cell of each row's segment; None for a
+        snapshot view or when a segment holds more than :data:`SMALL_READ_LIMIT` rows in
+        range."""
         if self._snap is not None:
             return None
         st = self.store
@@ -189,18 +218,20 @@ class SegmentedReadCommittedView(SegmentedReads):
         names = self._names
         segs = []  # (registry key, database) of each segment
         dbs = [reg_db]
+        cell_of = st.committed_cell
         for sid in sids:
             pair = names.get(sid)
             if pair is None:
                 if len(names) >= 256:  # segments roll forward: forget the old ones
                     names.clear()
                 pair = names[sid] = (_REG.pack(sid), st.segment_db(sid))
-            segs.append(pair)
+            segs.append((pair[0], pair[1], sid))
             dbs.append(pair[1])
 
-        def read(reads: AtomicReads) -> list[tuple[bytes, bytes]] | None:
+        def read(reads: AtomicReads) -> tuple[list[tuple[bytes, bytes]], list[list[bool]]] | None:
             out: list[tuple[bytes, bytes]] = []
-            for reg_key, db in segs:
+            cells: list[list[bool]] = []
+            for reg_key, db, sid in segs:
                 entry = reads.get(reg_db, reg_key)
                 if not entry:
                     continue  # dropped since the segments were listed
@@ -216,14 +247,16 @@ class SegmentedReadCommittedView(SegmentedReads):
                     out += rows  # type: ignore[arg-type]
                 else:
                     out = rows  # type: ignore[assignment]
-            return out
+                cells += [cell_of(sid)] * len(rows)
+            return out, cells
 
-        out: list[tuple[bytes, bytes]] | None = st.partition.read_atomic(dbs, read)
+        out: tuple[list[tuple[bytes, bytes]], list[list[bool]]] | None
+        out = st.partition.read_atomic(dbs, read)
         return out
 
     def fetch_window_rows(
         self, key: bytes, time_from: int, time_to: int, reverse: bool = False
-    ) -> list[Row] | None:
+    ) -> tuple[list[Row], list[list[bool]]] | None:
         """:meth:`SegmentedBytesStore.fetch_window_rows
         <txstore.bytestores.segments.SegmentedBytesStore.fetch_window_rows>` of committed data, in
         one
@@ -236,14 +269,15 @@ class SegmentedReadCommittedView(SegmentedReads):
             raise StoreClosedError(self.store.name)
         bounds = self._window_bounds(key, time_from, time_to)
         if not bounds:
-            return None if bounds is None else []
+            return None if bounds is None else ([], [])
         first, last, lo, hi = bounds
         sids = [s for s in self._registry() if first <= s <= last]
         if len(sids) > 1:
             sids.sort(reverse=reverse)
         elif not sids:
-            return []
-        rows: list[Row] | None = self._read_rows(sids, lo, hi, reverse)  # type: ignore[assignment]
+            return [], []
+        rows: tuple[list[Row], list[list[bool]]] | None
+        rows = self._read_rows(sids, lo, hi, reverse)  # type: ignore[assignment]
         return rows
 
     def _get_raw(self, sid: int, key: bytes) -> tuple[bytes | None, ValueFormat]:

@@ -13,7 +13,9 @@ follows Kafka Streams' ``AbstractRocksDBSegmentedBytesStore`` (``docs/stores.md`
   counted in :attr:`SegmentedBytesStore.dropped_records`; segments below that id are dropped
   whole (transactional stores stage the drop in the overlay; ``commit`` applies it, ``recover``
   discards it);
-* reads skip records older than ``observed - retention + 1``, even in a segment still present.
+* reads skip records older than ``observed - retention + 1``, even in a segment still present;
+* an open iterator returns no more rows of a segment dropped while it is open (each segment's
+  liveness cell, :mod:`txstore.bytestores.segment_reads`).
 
 In-memory stores (on a :class:`~txstore.engine.memory.MemoryPartition`) apply Kafka's in-memory
 rules
@@ -37,7 +39,6 @@ import logging
 import struct
 from bisect import insort
 from collections.abc import Iterable, Mapping
-from itertools import repeat
 from typing import Any, Final
 
 from txstore import faults
@@ -159,12 +160,15 @@ class SegmentedBytesStore(SegmentedReads):
         # The observed stream time as of the last commit applied in this process (-1 in a fresh
         # process, as the observed time itself): the expiry filter of read-committed views.
         self._committed_observed = -1
-        # ``alive``: the store's open flag as the selectors of ``itertools.compress`` (see
-        # txstore.stores.window.DecodedIterator), read from C: an endless repeat of a list that
-        # holds
-        # one element while the store is open (truthy) and none once closed (falsy).
+        # The store's open flag as a liveness cell (one element while open, none once closed):
+        # the cell of the rows of a snapshot view (see txstore.bytestores.segment_reads).
         self._alive: list[bool] = []
-        self.alive = repeat(self._alive)
+        self.open_cell = self._alive
+        # Liveness cells of segments as committed (read-committed views' iterators): emptied
+        # when a commit applies the segment's drop; ``_pending_drops``: staged drops.
+        self._committed_cells: dict[int, list[bool]] = {}
+        self._pending_drops: list[int] = []
+        self._live: dict[int, Segment] = {}
         self._reset()
         p.attach(name, self)
         self.is_open = True
@@ -178,18 +182,38 @@ class SegmentedBytesStore(SegmentedReads):
         self.observed_stream_time = self._committed_observed
         """The largest segment timestamp seen by ``put``/``remove``/``restore`` (-1: none)."""
         self._dropped: list[Segment] = []
-        self._live: dict[int, Segment] = {}
+        self._pending_drops = []
+        old, self._live = self._live, {}
         for k, v in read_all(self.partition.source(self.registry_db)):
             if len(k) != 8 or len(v or b"") != 1 or v[0] not in ValueFormat._value2member_map_:  # type: ignore[index]
                 raise StorageError(f"corrupt segment registry entry in store {self.name!r}")
             sid = _REG.unpack(k)[0]
-            self._live[sid] = self._segment(sid, ValueFormat(v[0]))  # type: ignore[index]
+            prev = old.get(sid)
+            cell = None if prev is None else prev.cell
+            self._live[sid] = self._segment(sid, ValueFormat(v[0]), cell)  # type: ignore[index]
+        for sid, seg in old.items():  # an uncommitted segment that recover discarded
+            if sid not in self._live:
+                seg.cell.clear()
         self._ids = sorted(self._live)
 
-    def _segment(self, sid: int, fmt: ValueFormat) -> Segment:
+    def _segment(self, sid: int, fmt: ValueFormat, cell: list[bool] | None = None) -> Segment:
         db = self.partition.db_name(self.name, str(sid * self.segment_interval))
         ov = None if self._overlay is None else self._overlay.db(self.name, db)
-        return Segment(sid, fmt, db, ov)
+        return Segment(sid, fmt, db, ov, cell)
+
+    def committed_cell(self, sid: int) -> list[bool]:
+        """The liveness cell of segment ``sid`` as committed (read-committed views): emptied
+        once a commit applied the segment's drop, or the store closed. O(1)."""
+        cell = self._committed_cells.get(sid)
+        if cell is None:
+            if not self.is_open:
+                return self.open_cell  # empty: nothing of a closed store is returned
+            cell = self._committed_cells[sid] = [True]
+        return cell
+
+    def _cell(self, sid: int) -> list[bool]:
+        seg = self._live.get(sid)
+        return self.open_cell if seg is None else seg.cell
 
     @property
     def transactional(self) -> bool:
@@ -231,6 +255,10 @@ class SegmentedBytesStore(SegmentedReads):
             return
         self.is_open = False
         self._alive.clear()
+        for seg in self._live.values():
+            seg.cell.clear()
+        for cell in self._committed_cells.values():
+            cell.clear()
         self.iterators.close_all()
         p = self.partition
         if not p.closed:
@@ -302,10 +330,12 @@ class SegmentedBytesStore(SegmentedReads):
 
     def fetch_window_rows(
         self, key: bytes, time_from: int, time_to: int, reverse: bool = False
-    ) -> list[Row] | None:
+    ) -> tuple[list[Row], list[list[bool]]] | None:
         """The fast path of a single-key window fetch (window schema only): every row between
         ``key || L(max(0, from)) || I(0)`` and ``key || L(to) || I(MAX)`` in one go, in fetch
-        order, or None when a segment holds too many (use :meth:`fetch`).
+        order, with the liveness cell of each row's segment (a parallel list: an iterator over
+        the rows returns none whose cell is empty), or None when a segment holds too many (use
+        :meth:`fetch`).
 
         The caller keeps the rows whose key is exactly ``len(key) + 12`` bytes long: for them,
         the byte order already implies the key and, for ``to >= 0``, the time bounds (a row of
@@ -317,7 +347,7 @@ class SegmentedBytesStore(SegmentedReads):
         if time_from > actual_from:
             actual_from = time_from
         if time_to < actual_from:
-            return []
+            return [], []
         if time_to < 0 or not self.window:
             return None
         if actual_from < 0:
@@ -328,6 +358,7 @@ class SegmentedBytesStore(SegmentedReads):
         lo = key + _pack_qi(actual_from, 0)
         hi = key + _pack_qi(time_to, INT_MAX)
         out: list[Row] = []
+        cells: list[list[bool]] = []
         fmt = self.format
         for sid in reversed(self._ids) if reverse else self._ids:
             if first <= sid <= last:
@@ -373,7 +404,8 @@ class SegmentedBytesStore(SegmentedReads):
                     out += rows
                 else:
                     out = rows
-        return out
+                cells += [seg.cell] * len(rows)
+        return out, cells
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -508,10 +540,13 @@ class SegmentedBytesStore(SegmentedReads):
                 seg.ov.drop()
                 self._reg_ov.put(_REG.pack(sid), None)
                 self._dropped.append(seg)
+                self._pending_drops.append(sid)
             else:
                 self.partition.write_through_dbs(
                     {self.registry_db: [(_REG.pack(sid), None)]}, [seg.db]
                 )
+                self._drop_committed_cell(sid)
+            seg.cell.clear()  # open iterators return no more of its rows
             del ids[0]
             del self._live[sid]
         self._forget_dropped()
@@ -557,10 +592,19 @@ class SegmentedBytesStore(SegmentedReads):
         else:
             self.partition.record_offset(self.name, changelog_offset)
 
+    def _drop_committed_cell(self, sid: int) -> None:
+        cell = self._committed_cells.pop(sid, None)
+        if cell is not None:
+            cell.clear()
+
     def on_commit(self) -> None:
         """Called by the partition once a commit of this store applied: its observed stream
-        time becomes the committed one (the expiry filter of read-committed views)."""
+        time becomes the committed one (the expiry filter of read-committed views), and the
+        drops it applied empty the committed liveness cells of those segments."""
         self._committed_observed = self.observed_stream_time
+        drops, self._pending_drops = self._pending_drops, []
+        for sid in drops:
+            self._drop_committed_cell(sid)
 
     @property
     def committed_observed_stream_time(self) -> int:

@@ -54,7 +54,7 @@ from typing import Final, NamedTuple
 from txstore.engine.lmdb_files import P_INVALID, check_data_file
 from txstore.errors import DamagedFileError
 
-__all__ = ["PageWalk", "walk_data_file"]
+__all__ = ["PageWalk", "page_kinds", "walk_data_file"]
 
 _MAGIC: Final = 0xBEEFC0DE
 _P_BRANCH: Final = 0x01
@@ -137,6 +137,7 @@ class _Walker:
     free: list[int] = field(default_factory=list)
     pages: int = 0
     entries: int = 0
+    kinds: dict[int, tuple[str, str]] | None = None
 
     def read(self, pgno: int, what: str, n: int = 0) -> bytes:
         if pgno >= self.file_pages:
@@ -190,6 +191,9 @@ class _Walker:
             where = f"page {pgno} of {name}"
             if mp_pgno != pgno:
                 raise _Damage(f"{where} says it is page {mp_pgno} (zeroed or misplaced?)")
+            if self.kinds is not None:
+                kind = "root" if pgno == db.root else {1: "branch", 2: "leaf"}.get(flags, "?")
+                self.kinds[pgno] = (kind, name)
             if flags == _P_BRANCH:
                 if level >= db.depth:
                     raise _Damage(f"{where} is a branch page at depth {level} of {db.depth}")
@@ -263,6 +267,8 @@ class _Walker:
                 f"{n} pages (expected {ov}, {_P_OVERFLOW:#x}, at least {need})"
             )
         self.claim(ov, n, f"an overflow node of {where}")
+        if self.kinds is not None:
+            self.kinds[ov] = ("overflow", where.split(" of ", 1)[1])
         if ov + need > self.file_pages:
             raise _Damage(f"overflow pages {ov}..{ov + need - 1} of {where} are past the end")
         if free:
@@ -316,6 +322,24 @@ def walk_data_file(path: str | os.PathLike[str]) -> PageWalk:
     raise DamagedFileError(name, "it kept changing while its pages were walked")
 
 
+def page_kinds(path: str | os.PathLike[str]) -> dict[int, tuple[str, str]]:
+    """What each page the newest snapshot of the healthy data file ``path`` uses is:
+    ``{pgno: (kind, database)}``, kind one of ``root``, ``branch``, ``leaf``, ``overflow`` (the
+    first page of a run), database as the walk names it (``the main database``, ``the
+    free-page database``, ``database 'name'``). For tests and diagnostics; raises
+    :class:`~txstore.errors.DamagedFileError` like :func:`walk_data_file`."""
+    name = os.fspath(path)
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kinds: dict[int, tuple[str, str]] = {}
+        _walk(fd, os.fstat(fd).st_size, kinds)
+        return kinds
+    except _Damage as damage:
+        raise DamagedFileError(name, str(damage)) from None
+    finally:
+        os.close(fd)
+
+
 def _metas(fd: int) -> tuple[int, int, int, list[bytes]]:
     """PAGEHDRSZ, PAGEBASE, page size and the two raw meta pages."""
     first = os.pread(fd, 24 + 152, 0)
@@ -334,7 +358,7 @@ def _newest_txnid(fd: int) -> int:
         return -1
 
 
-def _walk(fd: int, size: int) -> PageWalk:
+def _walk(fd: int, size: int, kinds: dict[int, tuple[str, str]] | None = None) -> PageWalk:
     h, base, psize, metas = _metas(fd)
     if len(metas[1]) < h + 152:
         raise _Damage("meta page 1 is past the end of the file")
@@ -354,6 +378,7 @@ def _walk(fd: int, size: int) -> PageWalk:
     if last_pg > file_pages + 2**20:
         raise _Damage(f"meta page {pick} names last page {last_pg}, far past the file's end")
     walker = _Walker(fd, h, base, psize, last_pg, file_pages, bytearray(last_pg + 1))
+    walker.kinds = kinds
     free_db = _Db.parse("the free-page database", meta, h + 24)
     main_db = _Db.parse("the main database", meta, h + 24 + 48)
     walker.walk(free_db, main=False, free=True)

@@ -15,6 +15,18 @@ Layout of a partition directory::
                       for its lifetime (the OS drops the lock when that process dies, even by
                       SIGKILL); inspectors ask whether a writer is alive with
                       :func:`writer_probe`.
+        closed-cleanly  present while no writer has the partition open and the last one closed
+                      it normally (see :mod:`txstore.engine.writer_lock`).
+
+Page walk at open (``verify``). LMDB aborts the process (``SIGABRT`` from its own assertions)
+when a cursor steps onto a damaged B-tree page, so a partition that may hold one is walked
+first (:func:`~txstore.engine.lmdb_pages.walk_data_file`, ``pread`` only) and a bad page is a
+:class:`~txstore.errors.DamagedFileError`. ``verify="auto"`` (the default) walks when the
+marker ``closed-cleanly`` is missing: the last writer died (or predates the marker). A writer
+walks after taking ``writer.lock`` and before its first read or write; a read-only opener walks
+when no writer is alive (none would have left the marker). ``"always"`` walks at every open
+(``txstore check`` does), ``"never"`` skips it. The default comes from the environment variable
+``TXSTORE_VERIFY`` when it is set, so a :class:`~txstore.runtime.task.Task` can be told too.
 
 A store owns named databases: its main one is named after the store (UTF-8); a store of a later
 kind may own more (window segments ``<store>.<segmentStart>``) and stage "drop this database".
@@ -54,6 +66,7 @@ commits.
 from __future__ import annotations
 
 import os
+from typing import Final
 
 from txstore.engine.base import META_DB
 from txstore.engine.lmdb_env import (
@@ -62,26 +75,52 @@ from txstore.engine.lmdb_env import (
     release_env,
     track_partition,
 )
+from txstore.engine.lmdb_pages import PageWalk, walk_data_file
 from txstore.engine.overlay import Overlay, SpillEnv
 from txstore.engine.partition_writes import PartitionWrites
 from txstore.engine.spill import remove_dir
-from txstore.engine.writer_lock import INSPECTOR_WAIT_S, WRITER_LOCK, lock_writer, writer_probe
+from txstore.engine.writer_lock import (
+    INSPECTOR_WAIT_S,
+    WRITER_LOCK,
+    closed_cleanly,
+    lock_writer,
+    mark_clean_close,
+    take_clean_close,
+    writer_probe,
+)
 from txstore.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     StorageError,
 )
 
-__all__ = ["INSPECTOR_WAIT_S", "WRITER_LOCK", "Partition", "writer_probe"]
+__all__ = ["INSPECTOR_WAIT_S", "VERIFY_MODES", "WRITER_LOCK", "Partition", "writer_probe"]
+
+VERIFY_MODES: Final = ("auto", "always", "never")
+"""The values of ``Partition(verify=...)`` and of the environment variable ``TXSTORE_VERIFY``
+(see the module docstring, "Page walk at open")."""
+
+
+def _verify_mode(verify: str | None) -> str:
+    mode = os.environ.get("TXSTORE_VERIFY", "auto") if verify is None else verify
+    if mode not in VERIFY_MODES:
+        source = "TXSTORE_VERIFY" if verify is None else "verify"
+        raise InvalidArgumentError(
+            f"{source} must be one of {', '.join(VERIFY_MODES)}, got {mode!r}"
+        )
+    return mode
 
 
 class Partition(PartitionWrites):
     """A partition directory holding one LMDB environment (see the module docstring).
 
     Opening costs an ``lmdb.open``, a ``reader_check`` and, when writable, deleting a leftover
-    spill directory. ``map_size`` is the initial map (it doubles when full);
-    ``overlay_budget_bytes`` bounds the overlays' memory before they spill; ``max_dbs`` bounds
-    the named databases (stores, segments), fixed by the first opener.
+    spill directory and the clean-close marker; plus a walk of every LMDB page when ``verify``
+    asks for one (by default: after a writer died; see the module docstring). ``map_size`` is
+    the initial map (it doubles when full); ``overlay_budget_bytes`` bounds the overlays'
+    memory before they spill; ``max_dbs`` bounds the named databases (stores, segments), fixed
+    by the first opener; ``verify`` is ``"auto"``, ``"always"`` or ``"never"``
+    (:data:`VERIFY_MODES`; default: ``TXSTORE_VERIFY``, else ``"auto"``).
 
     Why ``max_dbs`` defaults to 256 (:data:`~txstore.engine.lmdb_env.DEFAULT_MAX_DBS`) and spare
     read
@@ -109,8 +148,10 @@ class Partition(PartitionWrites):
         overlay_budget_bytes: int = 64 * 2**20,
         max_dbs: int = DEFAULT_MAX_DBS,
         max_readers: int = 1024,
+        verify: str | None = None,
     ) -> None:
         super().__init__()
+        mode = _verify_mode(verify)
         for label, value in (
             ("map_size", map_size),
             ("overlay_budget_bytes", overlay_budget_bytes),
@@ -126,6 +167,9 @@ class Partition(PartitionWrites):
         self.sync = bool(sync)
         self._closed = True  # until fully open
         self._lock_fd: int | None = None
+        self._mark_on_close = False
+        self.page_walk: PageWalk | None = None
+        """What the page walk at open read (``None``: not walked)."""
         self.write_generation = None if self.readonly else 0
         data = os.path.join(self.path, "data")
         if self.readonly:
@@ -135,6 +179,7 @@ class Partition(PartitionWrites):
                     "partition is created by opening it once without readonly=True; one that "
                     "lost its data/ is restored from its changelogs by opening it as a Task"
                 )
+            self._verify_readonly(data, mode)
         else:
             os.makedirs(data, exist_ok=True)
         try:
@@ -144,6 +189,10 @@ class Partition(PartitionWrites):
             track_partition(self)
             if not self.readonly:
                 self._lock_fd = lock_writer(self.path)
+                clean = take_clean_close(self.path, self.sync)
+                if mode == "always" or (mode == "auto" and not clean):
+                    self.page_walk = walk_data_file(os.path.join(data, "data.mdb"))
+                self._mark_on_close = True
                 self.overlay = Overlay(
                     overlay_budget_bytes,
                     SpillEnv(
@@ -166,6 +215,19 @@ class Partition(PartitionWrites):
 
     # -- environment ---------------------------------------------------------------------------
 
+    def _verify_readonly(self, data: str, mode: str) -> None:
+        """The page walk of a read-only open, before LMDB maps the file: ``always``, or
+        ``auto`` when the marker is missing and no writer is alive (a live one walked at its
+        open, and holds no marker while it writes)."""
+        path = os.path.dirname(data)
+        if mode == "never" or (mode == "auto" and closed_cleanly(path)):
+            return
+        if mode == "auto":
+            with writer_probe(path) as alive:
+                if alive is not False:
+                    return
+        self.page_walk = walk_data_file(os.path.join(data, "data.mdb"))
+
     def _release(self) -> None:
         if self.inherited:
             return  # never touch an inherited environment
@@ -174,5 +236,10 @@ class Partition(PartitionWrites):
         if sh is not None:
             release_env(sh, self.readonly)
         if self._lock_fd is not None:
+            if self._mark_on_close:
+                self._mark_on_close = False
+                mark_clean_close(
+                    os.fspath(self.path or "")
+                )  # the environment is closed (or only read)
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -3,6 +3,15 @@ process that has the partition open for writing, for its lifetime (the OS drops 
 that process dies, even by SIGKILL). Inspectors ask whether a writer is alive with
 :func:`writer_probe`; :class:`~txstore.engine.partition.Partition` takes the lock with
 :func:`lock_writer`.
+
+Beside it, the clean-close marker ``closed-cleanly``: a writer removes it when it opens the
+partition (:func:`take_clean_close`, before its first write) and creates it when it closes
+normally (:func:`mark_clean_close`, after its environment is closed). So a partition without
+the marker was last written by a process that died (SIGKILL, power loss) or by a version
+before the marker, and its next opener walks the LMDB pages
+(:func:`~txstore.engine.lmdb_pages.walk_data_file`). Crash-safe by order: a process that dies
+at any point before the marker exists leaves none. Cost of a clean open: one ``unlink`` and,
+with ``sync``, one ``fsync`` of the directory (so the removal outlives a power loss).
 """
 
 from __future__ import annotations
@@ -20,10 +29,22 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["INSPECTOR_WAIT_S", "WRITER_LOCK", "lock_writer", "writer_probe"]
+__all__ = [
+    "CLEAN_CLOSE",
+    "INSPECTOR_WAIT_S",
+    "WRITER_LOCK",
+    "closed_cleanly",
+    "lock_writer",
+    "mark_clean_close",
+    "take_clean_close",
+    "writer_probe",
+]
 
 WRITER_LOCK: Final = "writer.lock"
 """The file of a partition directory its writer ``flock``s exclusively for its lifetime."""
+CLEAN_CLOSE: Final = "closed-cleanly"
+"""The marker file of a partition directory whose last writer closed it normally (see the
+module docstring)."""
 INSPECTOR_WAIT_S: Final = 5.0
 """How long an opening writer waits while ``writer.lock`` is held *shared*, by inspectors
 (:func:`writer_probe`, each for a moment). An exclusive holder (another writer) fails it at
@@ -112,3 +133,44 @@ def _lock_exclusive(fd: int, path: str) -> None:
                 f"{WRITER_LOCK} locked for {INSPECTOR_WAIT_S:g} s; stop them and open it again"
             ) from held
         time.sleep(0.002)
+
+
+def closed_cleanly(path: str) -> bool:
+    """Whether the partition directory ``path`` holds the clean-close marker: its last writer
+    closed it normally and no writer has opened it since. One ``stat``."""
+    return os.path.isfile(os.path.join(path, CLEAN_CLOSE))
+
+
+def take_clean_close(path: str, sync: bool) -> bool:
+    """Remove the clean-close marker of ``path`` (the caller holds the writer lock and is
+    about to write); whether it was there. With ``sync`` the directory is synced, so the
+    removal is on disk before the first write."""
+    try:
+        os.unlink(os.path.join(path, CLEAN_CLOSE))
+    except FileNotFoundError:
+        return False
+    if sync:
+        _sync_dir(path)
+    return True
+
+
+def mark_clean_close(path: str) -> None:
+    """Create the clean-close marker of ``path``: call after the writer's environment is
+    closed, before its lock is released. Not synced: a marker lost to a power loss only costs
+    the next opener a page walk."""
+    fd = os.open(os.path.join(path, CLEAN_CLOSE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"the last writer of this partition closed it normally\n")
+    finally:
+        os.close(fd)
+
+
+def _sync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - Windows cannot open a directory
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

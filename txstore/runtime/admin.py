@@ -252,7 +252,8 @@ def _check_spill(number: int | None, pdir: Path, report: CheckReport) -> None:
 
 
 def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
-    """Verify a partition or state directory: every store's metadata is readable and names a
+    """Verify a partition or state directory: every page of its LMDB file is sound (the page
+    walk of :mod:`txstore.engine.lmdb_pages`), every store's metadata is readable and names a
     known kind, every committed row decodes with the store's format (reading every LMDB page),
     every changelog record passes its checksum, no store is ahead of its changelog, the task
     commit sequence numbers of the changelogs agree (:mod:`txstore.runtime.changelog_check`;
@@ -269,7 +270,9 @@ def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
         report.partitions += 1
         _check_spill(number, pdir, report)
         try:
-            part = Partition(pdir, readonly=True)
+            # Every page of data.mdb walked before LMDB maps it (engine.lmdb_pages): a
+            # damaged B-tree page is a problem here, not a SIGABRT in LMDB's assertions.
+            part = Partition(pdir, readonly=True, verify="always")
         except TxStoreError as exc:
             report.problems.append(Problem(number, "cannot open", str(exc)))
             continue

@@ -99,7 +99,7 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         if type(inner) is RowsIterator:
             windowed, decode = self._windowed, self._decode
             items = [KeyValue(windowed(k), decode(v)) for k, v in inner.rows]
-            return decoded_iterator(items, inner.store)
+            return decoded_iterator(items, inner.store, inner.cells)
         return KeyValueIterator(inner, self._windowed, self._decode)
 
     @overload
