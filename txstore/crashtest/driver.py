@@ -30,7 +30,7 @@ from txstore.crashtest.plan import FAULT_POINTS, RANDOM, Step, make_plan, reacha
 from txstore.crashtest.procs import Child
 from txstore.crashtest.report import CrashtestReport, KillRecord, Progress, RecoveryRecord
 from txstore.crashtest.specs import segmented_available
-from txstore.crashtest.state import StateReader, check_changelogs, check_state
+from txstore.crashtest.state import StateReader, add_in_memory, check_changelogs, check_state
 from txstore.crashtest.workload import DEFAULT_WORKLOAD, Workload
 from txstore.errors import InvalidArgumentError
 
@@ -86,11 +86,18 @@ class Driver:
         self.config = config
         self.workdir = workdir
         self.report = report
+        params = dict(config.workload_params)
+        if config.workload == DEFAULT_WORKLOAD:
+            # A damage trial reads every store of a damaged copy from another process, which
+            # cannot see in-memory stores: they are in the standard workload of the other runs.
+            params.setdefault("in_memory", config.damage == 0)
+            if config.damage > 0 and params["in_memory"]:
+                raise InvalidArgumentError("--damage runs have no in-memory stores (in_memory)")
         self.run_config = RunConfig(
             path=str(workdir / "task"),
             workload=config.workload,
             seed=config.seed,
-            params=dict(config.workload_params),
+            params=params,
             overlay_budget_bytes=config.overlay_budget_bytes,
             segment_bytes=config.segment_bytes,
             restore_batch=config.restore_batch,
@@ -275,6 +282,7 @@ class Driver:
         # dropped segments (docs/crashtest.md, "Limits").
         with StateReader(self.run_config, self.workload) as reader:
             obs = reader.observe()
+        add_in_memory(obs, str(recovered.get("in_memory", "")))
         if not obs.stable:
             check.add("leaked", "task", "<state>", "no commit while the writer waits", "a commit")
         check_changelogs(self.run_config.path, obs, position, int(recovered["seq"]), check)

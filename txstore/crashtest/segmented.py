@@ -19,7 +19,14 @@ from txstore.runtime.database import Database
 from txstore.runtime.task import Task
 from txstore.stores.factories import Stores
 from txstore.stores.serdes import Serdes
-from txstore.types import Headers, SessionWindow, TimeWindow, ValueAndHeaders, Windowed
+from txstore.types import (
+    Headers,
+    SessionWindow,
+    TimeWindow,
+    ValueAndHeaders,
+    ValueAndTimestamp,
+    Windowed,
+)
 
 __all__ = ["EventsWindowSpec", "SessionCountSpec", "WindowCountSpec"]
 
@@ -210,23 +217,37 @@ class EventsWindowSpec(_SegmentedSpec):
 
 
 class SessionCountSpec(_SegmentedSpec):
-    """Plain session store: sessions of records closer than ``gap``, with their count."""
+    """Session store: sessions of records closer than ``gap``, with their count; plain, or
+    ``timestamped`` (the count as a :class:`~txstore.types.ValueAndTimestamp` with the time of
+    the session's last record: ``Stores.persistent_timestamped_session_store``)."""
 
     kind = "session"
 
-    def __init__(self, name: str, *, retention: int, gap: int) -> None:
+    def __init__(self, name: str, *, retention: int, gap: int, timestamped: bool = False) -> None:
         super().__init__(name, retention=retention)
         self.gap = gap
+        self.timestamped = timestamped
+
+    def _builder(self) -> Any:
+        if self.timestamped:
+            supplier = Stores.persistent_timestamped_session_store(self.name, self.retention)
+            return Stores.timestamped_session_store_builder(
+                supplier, Serdes.string(), Serdes.long()
+            )
+        supplier = Stores.persistent_session_store(self.name, self.retention)
+        return Stores.session_store_builder(supplier, Serdes.string(), Serdes.long())
 
     def open(self, task: Task) -> Any:
-        supplier = Stores.persistent_session_store(self.name, self.retention)
-        builder = Stores.session_store_builder(supplier, Serdes.string(), Serdes.long())
-        return task.session_store(builder)
+        return task.session_store(self._builder())
 
     def open_readonly(self, db: Database) -> Any:
-        return db.session_store(
-            self.name, Serdes.string(), Serdes.long(), retention_period=self.retention
-        )
+        return db.open_session_store(self._builder())
+
+    def _value(self, total: int, ts: int) -> Any:
+        return ValueAndTimestamp(total, ts) if self.timestamped else total
+
+    def _count(self, value: Any) -> int:
+        return int(value.value if self.timestamped else value)
 
     def write(self, store: Any, rec: Rec) -> None:
         with store.find_sessions(rec.key, rec.ts - self.gap, rec.ts + self.gap) as it:
@@ -234,9 +255,9 @@ class SessionCountSpec(_SegmentedSpec):
         start, total = rec.ts, 1
         for kv in found:
             start = min(start, kv.key.window.start)
-            total += kv.value
+            total += self._count(kv.value)
             store.remove(kv.key)
-        store.put(Windowed(rec.key, SessionWindow(start, rec.ts)), total)
+        store.put(Windowed(rec.key, SessionWindow(start, rec.ts)), self._value(total, rec.ts))
 
     def expect(self, model: StoreModel, rec: Rec) -> None:
         # Records come in event-time order, so only the key's last session can be in reach.
@@ -245,10 +266,10 @@ class SessionCountSpec(_SegmentedSpec):
         merged = None if last is None else model.get(last)
         if last is not None and merged is not None and last.window.end >= rec.ts - self.gap:
             start = last.window.start
-            total += merged
-            model.delete(last, merged)
+            total += self._count(merged)
+            model.delete(last, self._count(merged))
         key = Windowed(rec.key, SessionWindow(start, rec.ts))
-        model.put(key, total, total)
+        model.put(key, self._value(total, rec.ts), total)
         model.aux[rec.key] = key
         self.advance(model, rec.ts)
 
@@ -260,7 +281,7 @@ class SessionCountSpec(_SegmentedSpec):
         return int(key.window.end)
 
     def order(self, value: Any) -> int:
-        return int(value)
+        return self._count(value)
 
     def config(self) -> dict[str, Any]:
-        return dict(super().config(), format="PLAIN", gap=self.gap)
+        return dict(super().config(), format=self._builder().format.name, gap=self.gap)

@@ -116,6 +116,9 @@ class StoreSpec:
     kind = "key_value"
     #: Whether the store drops segments (window and session stores).
     segmented = False
+    #: Whether the store is in-memory: change-logged in the task and restored from its
+    #: changelog on start, invisible to other processes (the writer reports its state).
+    in_memory = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -159,14 +162,17 @@ class StoreSpec:
 
 
 class _KeyValueSpec(StoreSpec):
-    def __init__(self, name: str, *, transactional: bool = True) -> None:
+    def __init__(self, name: str, *, transactional: bool = True, in_memory: bool = False) -> None:
         super().__init__(name)
         #: ``False`` writes straight to LMDB (no KIP-892 buffering): the harness then finds
         #: uncommitted writes after crashes (the hazard Kafka answers with a wipe).
         self.transactional = transactional
+        self.in_memory = in_memory
 
     def config(self) -> dict[str, Any]:
-        out = {"name": self.name, "kind": "key_value", "format": self.format.name}
+        out: dict[str, Any] = {"name": self.name, "kind": "key_value", "format": self.format.name}
+        if self.in_memory:
+            out["in_memory"] = True
         return out if self.transactional else dict(out, transactional=False)
 
     format = ValueFormat.PLAIN
@@ -178,11 +184,14 @@ class LatestSpec(_KeyValueSpec):
     format = ValueFormat.HEADERS
 
     def open(self, task: Task) -> Any:
+        supplier = (
+            Stores.in_memory_timestamped_key_value_store_with_headers
+            if self.in_memory
+            else Stores.persistent_timestamped_key_value_store_with_headers
+        )
         return task.key_value_store(
             Stores.timestamped_key_value_store_with_headers_builder(
-                Stores.persistent_timestamped_key_value_store_with_headers(
-                    self.name, transactional=self.transactional
-                ),
+                supplier(self.name, transactional=self.transactional),
                 Serdes.string(),
                 Serdes.string(),
             )
@@ -221,9 +230,14 @@ class CountsSpec(_KeyValueSpec):
     """Plain key-value store: a read-modify-write count of records per key."""
 
     def open(self, task: Task) -> Any:
+        supplier = (
+            Stores.in_memory_key_value_store
+            if self.in_memory
+            else Stores.persistent_key_value_store
+        )
         return task.key_value_store(
             Stores.key_value_store_builder(
-                Stores.persistent_key_value_store(self.name, transactional=self.transactional),
+                supplier(self.name, transactional=self.transactional),
                 Serdes.string(),
                 Serdes.long(),
             )

@@ -15,7 +15,9 @@ committed end, every changelog's last commit at the recovered input position.
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,14 @@ from txstore.crashtest.workload import Workload
 from txstore.runtime.database import Database
 from txstore.stores.serdes import Serdes
 
-__all__ = ["Observation", "StateReader", "check_changelogs", "check_state"]
+__all__ = [
+    "Observation",
+    "StateReader",
+    "add_in_memory",
+    "check_changelogs",
+    "check_state",
+    "encode_in_memory",
+]
 
 
 @dataclass
@@ -49,7 +58,8 @@ class StateReader:
     """Read-only views of every store of a run."""
 
     def __init__(self, config: RunConfig, workload: Workload) -> None:
-        self.specs = workload.stores()
+        # In-memory stores live in the writer only: it reports their state after recovery.
+        self.specs = [s for s in workload.stores() if not s.in_memory]
         self.db = Database(config.path, readonly=True)
         try:
             self.stores = {spec.name: spec.open_readonly(self.db) for spec in self.specs}
@@ -89,10 +99,12 @@ class StateReader:
 
 
 def check_state(workload: Workload, model: Model, obs: Observation, check: Check) -> None:
-    """Compare every store of ``obs`` with ``model`` advanced to the observed position."""
+    """Compare every store of ``obs`` with ``model`` advanced to the observed position (the
+    in-memory stores only when ``obs`` holds them: the writer's report of its recovery)."""
     model.advance(obs.position)
     for spec in workload.stores():
-        compare_store(spec, obs.states[spec.name], model.stores[spec.name], check)
+        if spec.name in obs.states or not spec.in_memory:
+            compare_store(spec, obs.states[spec.name], model.stores[spec.name], check)
 
 
 def _commit_seq(metadata: bytes) -> tuple[int, list[str]]:
@@ -133,6 +145,28 @@ def check_changelogs(path: str, obs: Observation, position: int, seq: int, check
             kind = "lost" if marker_seq < seq else "leaked"
             check.add(kind, name, "<changelog commit>", f"commit {seq} of every store",
                       f"commit {marker_seq} of {participants}")  # fmt: skip
+
+
+def add_in_memory(obs: Observation, encoded: str) -> None:
+    """Add to ``obs`` the in-memory stores' committed offsets and states as the writer
+    reported them after its recovery (:func:`encode_in_memory`; empty: none)."""
+    if not encoded:
+        return
+    for name, (offset, state) in pickle.loads(base64.b64decode(encoded)).items():
+        obs.offsets[name] = offset
+        obs.states[name] = state
+
+
+def encode_in_memory(workload: Workload, stores: dict[str, Any]) -> str:
+    """The writer's report of its in-memory stores, right after recovery (nothing is
+    uncommitted then): each store's committed offset and full state, pickled (read by our own
+    driver process)."""
+    out: dict[str, tuple[int | None, dict[Hashable, Any]]] = {}
+    for spec in workload.stores():
+        if spec.in_memory:
+            store = stores[spec.name]
+            out[spec.name] = (store.committed_offset, spec.read(store))
+    return base64.b64encode(pickle.dumps(out)).decode("ascii")
 
 
 def describe(findings: list[Finding]) -> list[str]:

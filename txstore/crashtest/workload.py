@@ -183,7 +183,12 @@ class StandardWorkload(Workload):
       per record, at the record's timestamp; ``events_at_window_start=True`` puts them at the
       window start, see :class:`~txstore.crashtest.segmented.EventsWindowSpec`);
     * ``sessions``: session store merging records of a key closer than the inactivity gap,
-      with their count (find, remove, put).
+      with their count (find, remove, put); ``ts_sessions`` the same in a timestamped session
+      store (the count with the time of the session's last record);
+    * ``mem_latest`` and ``mem_counts`` (``in_memory=True``; ``txstore crashtest`` sets it
+      unless it damages files): ``latest`` and ``counts`` as in-memory stores, change-logged
+      and restored from their changelogs on start; the writer reports their state after each
+      recovery (no other process sees them).
 
     The segmented stores' retention is short (two minutes of event time, 1,200 records), so
     segments expire and are dropped while the harness runs.
@@ -207,10 +212,12 @@ class StandardWorkload(Workload):
         segmented: bool | str = "auto",
         events_at_window_start: bool = False,
         transactional: bool = True,
+        in_memory: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(seed, **kwargs)
         self.transactional = bool(transactional)
+        self.in_memory = bool(in_memory)
         self.events_at_window_start = bool(events_at_window_start)
         if segmented not in (True, False, "auto"):
             raise InvalidArgumentError(f"segmented must be true, false or auto: {segmented!r}")
@@ -227,6 +234,7 @@ class StandardWorkload(Workload):
             segmented=self.with_segmented,
             events_at_window_start=self.events_at_window_start,
             transactional=self.transactional,
+            in_memory=self.in_memory,
         )
 
     def make_stores(self) -> list[StoreSpec]:
@@ -235,6 +243,11 @@ class StandardWorkload(Workload):
             LatestSpec("latest", transactional=tx),
             CountsSpec("counts", transactional=tx),
         ]
+        if self.in_memory:
+            specs += [
+                LatestSpec("mem_latest", transactional=tx, in_memory=True),
+                CountsSpec("mem_counts", transactional=tx, in_memory=True),
+            ]
         if self.with_segmented:
             r, w = self.RETENTION_MS, self.WINDOW_MS
             specs += [
@@ -246,6 +259,9 @@ class StandardWorkload(Workload):
                     at_window_start=self.events_at_window_start,
                 ),
                 SessionCountSpec("sessions", retention=r, gap=self.SESSION_GAP_MS),
+                SessionCountSpec(
+                    "ts_sessions", retention=r, gap=self.SESSION_GAP_MS, timestamped=True
+                ),
             ]
         return specs
 

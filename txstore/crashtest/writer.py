@@ -31,6 +31,7 @@ from txstore.crashtest.common import (
     open_task,
     write_status,
 )
+from txstore.crashtest.state import encode_in_memory
 
 __all__ = ["main"]
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             restored=report.restored,
             rolled_back=report.rolled_back,
             discarded=report.discarded_uncommitted,
+            in_memory=encode_in_memory(workload, stores),
         )
         if sys.stdin.readline().strip() != "go":
             return 0
