@@ -158,6 +158,47 @@ def test_key_range_find_sessions_and_fetch(env: Env) -> None:
     assert len(sessions(s.backward_fetch(None, None))) == 8
 
 
+# Sessions whose key order and end order differ, two with the same key and end, in two 60 s
+# segments (by end). Persistent stores return segment, then key, end, start (Kafka's
+# RocksDBSessionStore over SessionKeySchema keys); in-memory stores return end, then key, then
+# start **descending** (Kafka's InMemorySessionStore: end -> key -> start, the starts of one
+# end and key walked from the latest).
+ORDER_SESSIONS = (("c", 0, 100), ("b", 0, 100), ("a", 10, 200), ("a", 50, 200),
+                  ("b", 65_000, 65_000), ("a", 0, 70_000))  # fmt: skip
+SEGMENT_KEY_END_START = [("a", 10, 200), ("a", 50, 200), ("b", 0, 100), ("c", 0, 100),
+                         ("a", 0, 70_000), ("b", 65_000, 65_000)]  # fmt: skip
+END_KEY_START_DESC = [("b", 0, 100), ("c", 0, 100), ("a", 50, 200), ("a", 10, 200),
+                      ("b", 65_000, 65_000), ("a", 0, 70_000)]  # fmt: skip
+
+
+def test_iteration_order_per_backend(env: Env) -> None:
+    s = env.open()
+    for key, start, end in ORDER_SESSIONS:
+        s.put(sk(key, start, end), wrap(env.fmt, start))
+    order = SEGMENT_KEY_END_START if env.persistent else END_KEY_START_DESC
+
+    def kse(it: Any) -> list[tuple[str, int, int]]:
+        got = sessions(it)
+        assert all(v == start for _, start, _, v in got)
+        return [(k, start, end) for k, start, end, _ in got]
+
+    assert kse(s.fetch(None, None)) == order
+    assert kse(s.backward_fetch(None, None)) == order[::-1]
+    assert kse(s.find_sessions("a", "b", 0, 2**62)) == [r for r in order if r[0] <= "b"]
+    assert kse(s.backward_find_sessions("b", "c", 0, 2**62)) == [
+        r for r in order[::-1] if r[0] >= "b"
+    ]
+    one_key = [r for r in order if r[0] == "a"]  # single key: end, then start (per backend)
+    assert kse(s.fetch("a")) == one_key
+    assert kse(s.backward_fetch("a")) == one_key[::-1]
+    assert kse(s.find_sessions("a", 150, 2**62)) == one_key
+    if not env.persistent:  # the time-only search: end, key, start descending
+        assert kse(s.find_sessions(100, 200)) == order[:4]
+    ro = s.read_committed()  # a view iterates in its store's order
+    s.commit(1)
+    assert kse(ro.fetch(None, None)) == order
+
+
 def test_key_range_from_greater_than_to(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     s = env.open()
     s.put(sk("a", 0, 1), wrap(env.fmt, 1))

@@ -583,7 +583,9 @@ class SegmentedReads:
         self.check_open()
         actual_from = max(0, self._min_time())
         cond = self.store.schema.condition(None, None, actual_from, 2**63 - 1, False)
-        return self._iterate(self._segment_ids(), KeyRange(), reverse, cond, self._time_order())
+        # a copy: the store's list of live segments changes under the iterator
+        sids = list(self._segment_ids())
+        return self._iterate(sids, KeyRange(), reverse, cond, self._time_order())
 
     def fetch_by_segment_time(self, time_from: int, time_to: int) -> KeyValueIterator:
         """Records whose segment timestamp is in ``[time_from, time_to]``, in the schema's
