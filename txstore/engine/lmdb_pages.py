@@ -31,6 +31,8 @@ page 0 on a tie): the main database, the free-page database, every named databas
   snapshot: either used by a database or listed in a freeDB record" (``mdb.c``): a page reached
   twice, or neither used nor free, is damage.
 
+Not walked: files in LMDB 1.0's format (py-lmdb 3's ``lib_version=1``; txstore creates the 0.9
+format), whose node layout differs beyond the page header; the pre-map check still covers them.
 Not checked: key order within a page and the bytes of keys and values (LMDB has no checksums;
 a flipped byte inside a value is read back as it is; the store's decoders and
 ``txstore check --deep`` look at those).
@@ -67,8 +69,9 @@ _MDB_DUPSORT: Final = 0x04
 _DB_FLAGS: Final = 0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40  # REVERSEKEY .. REVERSEDUP
 _MAX_KEY: Final = 511
 _NODE: Final = struct.Struct("<HHHH")
-_HEADER: Final = struct.Struct("<QHHHH")  # pgno, pad, flags, lower, upper
-_OVERFLOW_HEADER: Final = struct.Struct("<QHHI")  # pgno, pad, flags, pages
+_PGNO: Final = struct.Struct("<Q")  # at 0; the 1.0 format then has mp_txnid
+_HEADER: Final = struct.Struct("<HHHH")  # pad, flags, lower, upper: the last 8 header bytes
+_OVERFLOW_HEADER: Final = struct.Struct("<HHI")  # pad, flags, pages
 _DB: Final = struct.Struct(
     "<IHHQQQQQ"
 )  # md_pad, flags, depth, branch, leaf, overflow, entries, root
@@ -187,7 +190,8 @@ class _Walker:
         while todo:
             pgno, level = todo.pop()
             page = self.read(pgno, f"of {name}")
-            mp_pgno, _pad, flags, lower, upper = _HEADER.unpack_from(page, h - 16)
+            mp_pgno = _PGNO.unpack_from(page, 0)[0]
+            _pad, flags, lower, upper = _HEADER.unpack_from(page, h - 8)
             where = f"page {pgno} of {name}"
             if mp_pgno != pgno:
                 raise _Damage(f"{where} says it is page {mp_pgno} (zeroed or misplaced?)")
@@ -204,9 +208,11 @@ class _Walker:
                 got.leaf += 1
             else:
                 raise _Damage(f"{where} has flags {flags:#x}, not a branch or leaf page")
+            lower += base  # both count from PAGEBASE (0 in the 0.9 format, the header in 1.0)
+            upper += base
             if not h <= lower <= upper <= psize or (lower - h) & 1:
                 raise _Damage(f"{where} has bounds lower={lower} upper={upper}, not within it")
-            n = (lower - (h - base)) >> 1
+            n = (lower - h) >> 1
             if n < 1:
                 raise _Damage(f"{where} holds no nodes")
             for off in struct.unpack_from(f"<{n}H", page, h):
@@ -259,14 +265,15 @@ class _Walker:
         if not 2 <= ov <= self.last_pg:
             raise _Damage(f"an overflow node of {where} names page {ov}, outside 2..{self.last_pg}")
         head = self.read(ov, f"overflow of {where}", self.header)
-        mp_pgno, _pad, flags, pages = _OVERFLOW_HEADER.unpack_from(head, self.header - 16)
+        mp_pgno = _PGNO.unpack_from(head, 0)[0]
+        _pad, flags, pages = _OVERFLOW_HEADER.unpack_from(head, self.header - 8)
         n = int(pages)
         if mp_pgno != ov or flags != _P_OVERFLOW or n < need:
             raise _Damage(
                 f"overflow page {ov} of {where} says page {mp_pgno}, flags {flags:#x}, "
                 f"{n} pages (expected {ov}, {_P_OVERFLOW:#x}, at least {need})"
             )
-        self.claim(ov, n, f"an overflow node of {where}")
+        self.claim(ov, n, f"overflow page {ov} (a run of {n} pages) of {where}")
         if self.kinds is not None:
             self.kinds[ov] = ("overflow", where.split(" of ", 1)[1])
         if ov + need > self.file_pages:
@@ -300,7 +307,7 @@ def walk_data_file(path: str | os.PathLike[str]) -> PageWalk:
     previous: tuple[int, str] | None = None
     for _ in range(_ATTEMPTS):
         if os.path.exists(name):
-            check_data_file(name, True)
+            check_data_file(name, False)  # an empty file walks nothing
         started = time.perf_counter()
         try:
             fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -360,6 +367,8 @@ def _newest_txnid(fd: int) -> int:
 
 def _walk(fd: int, size: int, kinds: dict[int, tuple[str, str]] | None = None) -> PageWalk:
     h, base, psize, metas = _metas(fd)
+    if h != 16:
+        return PageWalk(0, 0, 0, 0, 0, 0, 0.0)  # the LMDB 1.0 format: not walked (see above)
     if len(metas[1]) < h + 152:
         raise _Damage("meta page 1 is past the end of the file")
     pick = (
@@ -368,10 +377,7 @@ def _walk(fd: int, size: int, kinds: dict[int, tuple[str, str]] | None = None) -
         else 0
     )
     meta = metas[pick]
-    if (
-        not _HEADER.unpack_from(meta, h - 16)[2] & _P_META
-        or _HEADER.unpack_from(meta, h - 16)[0] != pick
-    ):
+    if not _HEADER.unpack_from(meta, h - 8)[1] & _P_META or _PGNO.unpack_from(meta, 0)[0] != pick:
         raise _Damage(f"meta page {pick} is not flagged as meta page {pick}")
     last_pg, txnid = _LAST.unpack_from(meta, h + 120)
     file_pages = size // psize

@@ -1,0 +1,339 @@
+"""The B-tree page walk of ``data.mdb`` (:mod:`txstore.engine.lmdb_pages`) and when a partition
+runs it (the clean-close marker, ``verify=``).
+
+Real LMDB files written by py-lmdb and by txstore, damaged page by page (zeroed, a header byte
+flipped, garbled): every damaged page the newest snapshot uses is a
+:class:`~txstore.errors.DamagedFileError` naming the file and the page. The SIGABRT case of
+issue 15 is reproduced in a child process: with the walk off (``TXSTORE_VERIFY=never``) LMDB's
+own assertion kills it; by default the child gets the typed error.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from txstore import (
+    Headers,
+    Serdes,
+    SessionWindow,
+    ValueAndTimestamp,
+    ValueFormat,
+    ValueTimestampHeaders,
+    Windowed,
+)
+from txstore.engine.lmdb_pages import page_kinds, walk_data_file
+from txstore.engine.partition import Partition
+from txstore.engine.writer_lock import CLEAN_CLOSE
+from txstore.errors import DamagedFileError, InvalidArgumentError
+from txstore.runtime.database import Database
+
+from .test_damaged_files import churn_until_short
+
+PSIZE = 4096
+
+
+def _make_env(path: Path, lib_version: int = 0) -> None:
+    """Named databases, overflow values, a 3-level tree (200-byte keys: few per branch page),
+    deletes and rewrites (a free-page database with records)."""
+    path.mkdir()
+    rnd = random.Random(3)
+    env = lmdb.open(str(path), map_size=1 << 30, max_dbs=8, lib_version=lib_version)
+    try:
+        wide, big, small = (env.open_db(n) for n in (b"wide", b"big", b"small"))
+        for c in range(6):
+            with env.begin(write=True) as txn:
+                for i in range(c * 600, (c + 1) * 600):
+                    txn.put(b"%0200d" % i, rnd.randbytes(60), db=wide)
+                for _ in range(15):
+                    txn.put(b"b%04d" % rnd.randrange(60), rnd.randbytes(9000), db=big)
+                for _ in range(200):
+                    txn.put(b"s%05d" % rnd.randrange(5000), rnd.randbytes(20), db=small)
+                for i in range(0, c * 600, 7):
+                    txn.delete(b"%0200d" % i, db=wide)
+    finally:
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("walk") / "env"
+    _make_env(path)
+    return path
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst / "data.mdb"
+
+
+def test_a_healthy_file_walks_with_every_kind_of_page(healthy: Path) -> None:
+    kinds = page_kinds(healthy / "data.mdb")
+    seen = {(kind, db) for kind, db in kinds.values()}
+    assert ("branch", "database 'wide'") in seen  # below the root: 3 levels
+    assert ("overflow", "database 'big'") in seen
+    assert ("root", "the free-page database") in seen
+    assert ("root", "database 'small'") in seen
+    walk = walk_data_file(healthy / "data.mdb")
+    env = lmdb.open(str(healthy), readonly=True, max_dbs=8)
+    try:
+        with env.begin() as txn:
+            stats = {n: txn.stat(env.open_db(n, txn=txn)) for n in (b"wide", b"big", b"small")}
+        entries = sum(s["entries"] for s in stats.values())
+        depth = stats[b"wide"]["depth"]
+    finally:
+        env.close()
+    assert depth == 3
+    assert walk.databases == 5 and walk.entries > entries + 3 and walk.free_pages > 0
+    overflow = sum(1 for kind, _ in kinds.values() if kind == "overflow")
+    assert walk.pages > len(kinds) - overflow + 2 * overflow  # 9000-byte values: 3 pages a run
+
+
+def _damage(path: Path, pgno: int, how: str, rnd: random.Random) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pgno * PSIZE)
+        page = bytearray(f.read(PSIZE))
+        if how == "zero":
+            page[:] = bytes(PSIZE)
+        elif how == "flip-pgno":
+            page[0] ^= 0x40
+        elif how == "flip-flags":
+            page[10] ^= 0x03  # P_BRANCH <-> P_LEAF
+        elif how == "flip-lower":
+            page[12] ^= 0x81  # mp_lower (mp_pages on an overflow page)
+        else:  # garble: random bytes over the header and the node offsets
+            page[8:64] = rnd.randbytes(56)
+        f.seek(pgno * PSIZE)
+        f.write(page)
+
+
+TARGETS = [
+    ("branch", "database 'wide'"),
+    ("leaf", "database 'wide'"),
+    ("overflow", "database 'big'"),
+    ("root", "database 'small'"),
+    ("root", "the free-page database"),
+    ("root", "the main database"),
+]
+
+
+@pytest.mark.parametrize("how", ["zero", "flip-pgno", "flip-flags", "flip-lower", "garble"])
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: f"{t[0]}:{t[1].split()[-1]}")
+def test_each_damaged_page_is_named(
+    healthy: Path, tmp_path: Path, target: tuple[str, str], how: str
+) -> None:
+    kinds = page_kinds(healthy / "data.mdb")
+    pages = sorted(p for p, k in kinds.items() if k == target)
+    pgno = pages[len(pages) // 2]
+    data = _copy(healthy, tmp_path / "env")
+    _damage(data, pgno, how, random.Random(pgno))
+    with pytest.raises(DamagedFileError, match=rf"page {pgno}\b") as info:
+        walk_data_file(data)
+    assert info.value.path == str(data)
+
+
+def test_a_page_reached_twice_or_lost_is_damage(healthy: Path, tmp_path: Path) -> None:
+    """A branch node pointing at another leaf: LMDB would read it without complaint (both are
+    leaves), the walk sees one page reached twice and another used by nothing."""
+    kinds = page_kinds(healthy / "data.mdb")
+    leaves = sorted(p for p, k in kinds.items() if k == ("leaf", "database 'wide'"))
+    data = _copy(healthy, tmp_path / "env")
+    blob = bytearray(data.read_bytes())
+    old, new = leaves[3].to_bytes(4, "little"), leaves[4].to_bytes(4, "little")
+    branches = [p for p, k in kinds.items() if k == ("branch", "database 'wide'")]
+    for b in branches:
+        page = blob[b * PSIZE : (b + 1) * PSIZE]
+        at = page.find(old[:2] + old[2:4])
+        if at >= 16:
+            blob[b * PSIZE + at : b * PSIZE + at + 4] = new
+            break
+    else:
+        pytest.fail("no branch node points at the chosen leaf")
+    data.write_bytes(bytes(blob))
+    with pytest.raises(DamagedFileError, match=rf"page {leaves[4]} is reached twice"):
+        walk_data_file(data)
+
+
+def test_a_file_lmdb_left_short_walks(tmp_path: Path) -> None:
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    assert churn_until_short(env_dir, 1)
+    walk = walk_data_file(env_dir / "data.mdb")
+    assert walk.pages > 0 and walk.free_pages > 0
+
+
+def test_lmdb_1_0_format_files_are_not_walked(tmp_path: Path) -> None:
+    """py-lmdb 3 can write LMDB 1.0's format, whose nodes differ: the walk leaves it to the
+    pre-map check rather than misread it."""
+    _make_env(tmp_path / "env", lib_version=1)
+    assert walk_data_file(tmp_path / "env" / "data.mdb").pages == 0
+
+
+def test_missing_and_empty_files_walk_nothing(tmp_path: Path) -> None:
+    assert walk_data_file(tmp_path / "none.mdb").pages == 0
+    (tmp_path / "empty.mdb").write_bytes(b"")
+    assert walk_data_file(tmp_path / "empty.mdb").pages == 0
+
+
+@pytest.mark.parametrize("fmt", ["PLAIN", "TIMESTAMPED", "HEADERS"])
+def test_healthy_partitions_of_every_store_kind_walk(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / "p"
+    with Database(path) as db:
+        kv = db.key_value_store("kv", Serdes.string(), Serdes.bytes(), format=ValueFormat[fmt])
+        windows = [
+            db.window_store(
+                name,
+                Serdes.string(),
+                Serdes.long(),
+                window_size=60_000,
+                retention_period=600_000,
+                retain_duplicates=dups,
+            )
+            for name, dups in (("win", False), ("dups", True))
+        ]
+        ses = db.session_store("ses", Serdes.string(), Serdes.long(), retention_period=600_000)
+        for i in range(3000):
+            value = bytes(50 if i % 97 else 5000)
+            if fmt == "TIMESTAMPED":
+                kv.put(f"k{i}", ValueAndTimestamp(value, i))
+            elif fmt == "HEADERS":
+                kv.put(f"k{i}", ValueTimestampHeaders(value, i, Headers([("h", b"x")])))
+            else:
+                kv.put(f"k{i}", value)
+            for win in windows:
+                win.put(f"w{i % 50}", i, i * 1000)
+            ses.put(Windowed(f"s{i % 40}", SessionWindow(i * 10, i * 10 + 5)), i)
+        db.commit({"kv": 1, "win": 1, "dups": 1, "ses": 1})
+    walk = walk_data_file(path / "data" / "data.mdb")
+    assert walk.entries > 6000 and walk.databases >= 7
+
+
+# ---- when a partition walks: the clean-close marker and verify= -------------------------------
+
+CHILD = """
+import os, signal, sys
+from txstore import Serdes
+from txstore.errors import TxStoreError
+from txstore.runtime.task import Task
+
+def open_task(path):
+    task = Task(path, sync=False)
+    for name in ("small", "big"):
+        task.db.key_value_store(name, Serdes.string(), Serdes.bytes())
+    return task
+
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "write":  # commit, then die by SIGKILL: no clean close
+    task = open_task(path)
+    task.initialize()
+    small, big = task.store("small"), task.store("big")
+    for i in range(4000):
+        small.put(f"k{i:05d}", bytes([i % 251]) * 120)
+        if i % 100 == 0:
+            big.put(f"b{i:05d}", bytes([i % 251]) * 9000)
+    task.commit(1)
+    os.kill(os.getpid(), signal.SIGKILL)
+try:  # read: reopen, recover, read every row
+    task = open_task(path)
+    task.initialize()
+    rows = sum(1 for _ in task.store("small").all()) + sum(1 for _ in task.store("big").all())
+    task.close()
+except TxStoreError as exc:
+    print(type(exc).__name__, exc)
+    sys.exit(3)
+print("rows", rows)
+"""
+
+
+def _child(mode: str, path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A task partition whose writer was SIGKILLed after its commit."""
+    path = tmp_path_factory.mktemp("crashed") / "task"
+    done = _child("write", path)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert not (path / CLEAN_CLOSE).exists()
+    return path
+
+
+def test_a_zeroed_leaf_was_sigabrt_and_is_now_a_typed_error(crashed: Path, tmp_path: Path) -> None:
+    """Issue 15's signal: LMDB's ``IS_LEAF(mp)`` assertion aborts a process that iterates onto
+    a zeroed leaf page. Without the walk (``TXSTORE_VERIFY=never``, the behaviour before it)
+    the child dies of SIGABRT; by default it gets DamagedFileError naming the page."""
+    kinds = page_kinds(crashed / "data" / "data.mdb")
+    leaves = sorted(p for p, k in kinds.items() if k == ("leaf", "database 'small'"))
+    pgno = leaves[len(leaves) // 2]
+    copy = tmp_path / "task"
+    shutil.copytree(crashed, copy)
+    _damage(copy / "data" / "data.mdb", pgno, "zero", random.Random(0))
+    before = _child("read", copy, TXSTORE_VERIFY="never")
+    assert before.returncode == -signal.SIGABRT, before.stdout + before.stderr
+    assert "IS_LEAF(mp)" in before.stderr
+    after = _child("read", copy)
+    assert after.returncode == 3, after.stdout + after.stderr
+    assert after.stdout.startswith("DamagedFileError")
+    assert f"page {pgno} of database 'small'" in after.stdout and "data.mdb" in after.stdout
+
+
+def test_a_clean_close_leaves_the_marker_and_skips_the_walk(crashed: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "task"
+    shutil.copytree(crashed, copy)
+    with Partition(copy) as part:  # the writer died: walked
+        assert part.page_walk is not None and part.page_walk.pages > 0
+        assert not (copy / CLEAN_CLOSE).exists()
+    assert (copy / CLEAN_CLOSE).exists()
+    with Partition(copy, readonly=True) as ro:
+        assert ro.page_walk is None
+    with Partition(copy) as part:  # closed cleanly: not walked, the marker taken
+        assert part.page_walk is None and not (copy / CLEAN_CLOSE).exists()
+    with Partition(copy, verify="always") as part:
+        assert part.page_walk is not None
+    with Partition(copy, readonly=True, verify="always") as ro:
+        assert ro.page_walk is not None
+
+
+def test_verify_modes(crashed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "task"
+    shutil.copytree(crashed, copy)
+    with Partition(copy, readonly=True) as ro:  # no marker, no live writer: walked
+        assert ro.page_walk is not None
+    with Partition(copy, verify="never") as part:
+        assert part.page_walk is None
+    (copy / CLEAN_CLOSE).unlink()
+    monkeypatch.setenv("TXSTORE_VERIFY", "never")
+    with Partition(copy) as part:
+        assert part.page_walk is None
+    with pytest.raises(InvalidArgumentError, match="verify must be one of"):
+        Partition(copy, verify="sometimes")
+    monkeypatch.setenv("TXSTORE_VERIFY", "yes")
+    with pytest.raises(InvalidArgumentError, match="TXSTORE_VERIFY must be one of"):
+        Partition(copy)
+
+
+def test_a_damaged_page_found_at_open_leaves_no_marker(crashed: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "task"
+    shutil.copytree(crashed, copy)
+    kinds = page_kinds(copy / "data" / "data.mdb")
+    pgno = min(p for p, k in kinds.items() if k == ("overflow", "database 'big'"))
+    _damage(copy / "data" / "data.mdb", pgno, "zero", random.Random(0))
+    for _ in range(2):  # refused again: the failed open did not mark the partition clean
+        with pytest.raises(DamagedFileError, match=rf"page {pgno}\b"):
+            Partition(copy)
+        assert not (copy / CLEAN_CLOSE).exists()
