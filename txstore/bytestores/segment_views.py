@@ -60,8 +60,9 @@ class SegmentedReadCommittedView(SegmentedReads):
     (:meth:`~txstore.bytestores.segments.SegmentedBytesStore.committed_cell`); a view in
     another process sees the drop at its next chunk read, which re-reads the segment's registry
     entry (rows already buffered, at most one chunk, can still come out there). A snapshot view
-    is one committed state: its iterators return the rows of that state whatever is dropped
-    after the snapshot was taken.
+    is one committed state, which a committed segment drop ends: dropping the segment's LMDB
+    database invalidates the snapshot, so its iterators raise
+    :class:`~txstore.errors.SnapshotInvalidatedError` at their next read.
     """
 
     def __init__(

@@ -122,10 +122,12 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
     def find_sessions(self, *args: Any) -> KeyValueIterator[Windowed[K], V]:
         """Sessions that end at or after ``earliest_session_end`` and start at or before
         ``latest_session_start``, of one key (3 arguments) or a key range (4; ``None`` is
-        unbounded), segment by segment and by key, end, start within one.
+        unbounded): on a persistent store segment by segment and by key, end, start within
+        one; on an in-memory store by end, then key, then start **descending** (Kafka's
+        ``InMemorySessionStore``; ``docs/stores.md``, "Iteration order").
 
         With 2 arguments (in-memory stores only), every session whose **end** is in
-        ``[earliest_session_end, latest_session_end]``, ordered by end, key, start.
+        ``[earliest_session_end, latest_session_end]``, in the in-memory order.
 
         Times are epoch milliseconds or aware ``datetime`` objects. O(log n) per segment the
         time range covers to start, O(1) amortized per session read: sessions of the key (or

@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import struct
-from itertools import compress
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from txstore.bytestores.adapters import FormatAdapter
-from txstore.bytestores.segment_reads import SegmentedStoreState
 from txstore.bytestores.segments import (
     RowsIterator,
     SegmentedBytesStore,
@@ -55,6 +53,7 @@ from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
 from txstore.engine.iterators import Row
 from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
+from txstore.stores.decoded import DecodedIterator, decoded_iterator
 from txstore.stores.formats import ValueCodec
 from txstore.stores.kv import KeyValueIterator
 from txstore.stores.serdes import Serde, StringSerde
@@ -112,92 +111,6 @@ def to_millis(name: str, value: object) -> int:
             raise InvalidArgumentError(f"{name} must be a timezone-aware datetime")
         return (value - _EPOCH) // _MS
     return check_long(name, value)
-
-
-if TYPE_CHECKING:
-    _Compress = compress[Any]
-else:
-    _Compress = compress
-
-
-class DecodedIterator(_Compress, KeyValueIterator[K, V]):
-    """A typed iterator over pairs decoded in one go (a short single-key fetch); make one with
-    :func:`decoded_iterator`.
-
-    Same interface as :class:`~txstore.stores.kv.KeyValueIterator`; it yields nothing once closed or
-    once its store is closed, and no pair of a segment dropped since it was read. It *is* an
-    ``itertools.compress`` of a list iterator over the pairs by the **liveness cells** of their
-    segments (a parallel list; a cell is a list that holds one element while its segment is
-    live and none once the segment is dropped or the store closed:
-    :mod:`txstore.bytestores.segment_reads`): ``next()`` and ``with`` run in C, with no call
-    per element (measured on a 4-window fetch consumed in a ``with`` block: 700 ns for the
-    iterator against 840 with a ``takewhile`` calling a predicate, and 1,190 with a Python
-    ``__next__``). Closing it empties the list, which ends the list iterator; ``has_next``
-    and ``peek_next_key`` read its position.
-    """
-
-    __slots__ = ("cells", "items", "items_iter", "store")
-    items_iter: Any  # the list iterator over ``items`` that the ``compress`` reads
-    items: list[Any]  # the pairs, emptied when the iterator is closed
-    cells: list[list[bool]]  # the liveness cell of each pair's segment
-    store: SegmentedStoreState  # the store they were read from: they end when it closes
-
-    if TYPE_CHECKING:
-
-        def __init__(self, data: Any, selectors: Any) -> None: ...
-
-    else:
-        # compress's own constructor, then object's __init__ (a C slot): no Python frame.
-        __init__ = object.__init__
-        __enter__ = compress.__iter__  # returns the iterator itself, in C
-
-    def _next_index(self) -> int:
-        """The index of the pair ``next()`` returns (``len(items)``: none). O(1) but for the
-        pairs of dropped segments it passes over."""
-        items, cells = self.items, self.cells
-        n = len(items)
-        i: int = n - self.items_iter.__length_hint__()
-        while i < n and not cells[i]:
-            i += 1
-        return i
-
-    def has_next(self) -> bool:
-        """Whether another pair follows (``False`` once the store is closed). O(1)."""
-        return self.store.is_open and self._next_index() < len(self.items)
-
-    def peek_next_key(self) -> K | None:
-        """The next key without consuming it, or ``None`` at the end. O(1)."""
-        if not self.has_next():
-            return None
-        key: K = self.items[self._next_index()].key
-        return key
-
-    def close(self) -> None:
-        """Drop the pairs not yet read; idempotent. O(1)."""
-        self.items.clear()
-
-    if TYPE_CHECKING:
-
-        def __exit__(self, *exc: object) -> None: ...
-
-    else:
-
-        def __exit__(self, exc_type, exc, tb):  # three parameters: no tuple to pack
-            self.items.clear()
-
-
-def decoded_iterator(
-    items: list[Any], store: SegmentedStoreState, cells: list[list[bool]]
-) -> DecodedIterator[Any, Any]:
-    """A :class:`DecodedIterator` over ``items`` (``KeyValue`` pairs) of ``store``, ``cells``
-    the liveness cells of their segments (one per pair)."""
-    it = iter(items)
-    self: DecodedIterator[Any, Any] = DecodedIterator(it, iter(cells))
-    self.items_iter = it
-    self.items = items
-    self.cells = cells
-    self.store = store
-    return self
 
 
 class TypedSegmentedStore(Generic[K, V]):
@@ -452,8 +365,10 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         """``fetch(key, time)``: the value of the window of ``key`` starting at ``time``, or
         None. ``fetch(key, time_from, time_to)``: the windows of ``key`` starting in
         ``[time_from, time_to]``, by start time. ``fetch(key_from, key_to, time_from,
-        time_to)``: the windows of a key range, segment by segment and by key within one
-        (``None`` is unbounded; ``key_from > key_to`` is empty and logs Kafka's warning).
+        time_to)``: the windows of a key range (``None`` is unbounded; ``key_from > key_to``
+        is empty and logs Kafka's warning): segment by segment and by key within one on a
+        persistent store, by start time, then key on an in-memory one, as in Kafka
+        (``docs/stores.md``, "Iteration order").
 
         Times are epoch milliseconds or aware ``datetime`` objects. ``fetch(key, time)`` is
         O(log n); the iterators O(log n) per segment in the time range to start, O(1)
@@ -582,9 +497,9 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
     def fetch_all(
         self, time_from: int | _dt.datetime, time_to: int | _dt.datetime
     ) -> KeyValueIterator[Windowed[K], V]:
-        """Every key's windows starting in ``[time_from, time_to]``, segment by segment and by
-        key within one. O(rows of the segments the time range covers): each row is read and
-        filtered by its start time."""
+        """Every key's windows starting in ``[time_from, time_to]``, in the order of
+        :meth:`all`. O(rows of the segments the time range covers): each row is read and
+        filtered by its start time (an in-memory store sorts each segment's rows)."""
         t0, t1 = to_millis("time_from", time_from), to_millis("time_to", time_to)
         return self._ranged(self._inner.fetch_all(t0, t1))
 
@@ -596,8 +511,10 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         return self._ranged(self._inner.fetch_all(t0, t1, reverse=True))
 
     def all(self) -> KeyValueIterator[Windowed[K], V]:
-        """Every unexpired window, segment by segment and by key, start within one. O(n), in
-        chunks (close the iterator)."""
+        """Every unexpired window: segment by segment and by key, start within one on a
+        persistent store (Kafka's ``RocksDBWindowStore``); by start, then key, then sequence
+        number on an in-memory store (Kafka's ``InMemoryWindowStore``). O(n), in chunks
+        (close the iterator); an in-memory store reads and sorts a segment at a time."""
         return self._ranged(self._inner.all())
 
     def backward_all(self) -> KeyValueIterator[Windowed[K], V]:
