@@ -425,7 +425,7 @@ def test_partitions_option(spark: Any, state: Path) -> None:
 
 def test_bad_options_are_clear_errors(spark: Any, state: Path) -> None:
     cases = [
-        ({}, r"option store is required: .* holds 14 stores: blobs, empty, headed, ints, plain"),
+        ({}, r"option store is required: .* holds 16 stores: blobs, empty, headed, ints, plain"),
         ({"store": "nope"}, r"no store 'nope' in .*; stores: blobs, empty, headed, ints, plain"),
         ({"store": "plain", "partitions": "7"}, r"has no partition 7 \(it has 0-2\)"),
         ({"store": "plain", "partitions": "a"}, "is not a partition number or range"),
