@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -416,7 +415,11 @@ def test_stateful_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["lmdb", "memory"])
-def test_recover_cost_does_not_grow_with_the_store(tmp_path: Path, kind: str) -> None:
+def test_recover_discards_the_overlay_without_touching_committed_rows(
+    tmp_path: Path, kind: str
+) -> None:
+    """recover() costs what the overlay holds, never the store's size: over 300,000 committed
+    rows it writes no LMDB transaction and every committed row stays. (Timed in perf/.)"""
     p: PartitionBase = (
         Partition(tmp_path / "p", sync=False) if kind == "lmdb" else MemoryPartition()
     )
@@ -426,11 +429,13 @@ def test_recover_cost_does_not_grow_with_the_store(tmp_path: Path, kind: str) ->
         s.commit(1)
         for i in range(10):
             s.put(b"%08d" % i, b"uncommitted")
-        t0 = time.perf_counter()
+        before = p.info()["last_txnid"] if isinstance(p, Partition) else None
         assert s.recover(1) is True
-        elapsed = time.perf_counter() - t0
-        assert elapsed < 0.05, f"recover took {elapsed * 1000:.1f} ms over 300k committed rows"
+        if isinstance(p, Partition):
+            assert p.info()["last_txnid"] == before
+        assert s.approximate_num_uncommitted_bytes() == 0
         assert s.get(b"%08d" % 3) == b"v"
+        assert sum(1 for _ in s.all()) == 300_000
 
 
 def test_memory_snapshots_copy_on_write_once() -> None:
