@@ -275,9 +275,9 @@ class SegmentIterator(KeyValueIterator):
             conv = None if seg is None else _converter(seg.fmt, self._dst)
             if conv is not None:
                 rows = [(k, conv(v)) for k, v in rows]  # type: ignore[arg-type]
-            if self._sort_key is not None:
-                key = self._sort_key
-                rows.sort(key=lambda r: key(r[0]))
+            if self._sort_key is not None:  # one call a row; sort keys are unique
+                order = map(self._sort_key, [r[0] for r in rows])
+                rows = [r for _, r in sorted(zip(order, rows, strict=True))]
             if self._reverse:
                 rows.reverse()
         return rows
