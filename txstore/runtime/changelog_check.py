@@ -11,8 +11,8 @@ marker still in each changelog of a partition directory and reports:
 * one task commit whose changelogs name different stores taking part;
 * a participant's changelog that lacks a task commit although it holds commits on both sides
   of it (or the others hold newer ones): its changelog lost a committed transaction;
-* what :func:`~txstore.changelog.coordination.plan_recovery` refuses (a damaged shape of the
-  last commit, more than it would undo).
+* a newest task commit that a participant lacks although a participant committed after it
+  holds it (what ``Task.initialize()`` refuses as damage).
 
 An incomplete **last** task commit (a crash between the changelog commits of a task: some hold
 it, the others end at the one before) is not damage: ``Task.initialize()`` rolls it back. It
@@ -37,9 +37,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from txstore.changelog.coordination import plan_recovery, read_commit_metadata
+from txstore.changelog.coordination import read_commit_metadata
 from txstore.changelog.history import CommitRecord
 from txstore.changelog.log import FileChangelog
+from txstore.engine.partition import writer_probe
 from txstore.errors import TxStoreError
 
 __all__ = ["LogCommits", "SequenceReport", "check_sequences", "read_log_commits"]
@@ -105,42 +106,60 @@ def _order(name: str, lc: LogCommits, report: SequenceReport) -> None:
 def check_sequences(changelog_root: Path) -> SequenceReport:
     """Check the task commit sequence numbers of the changelogs under ``changelog_root``
     (``<partition>/changelog``, one directory per store; see the module docstring). Opens
-    them read-only; a changelog that cannot be read is left to the caller's other checks."""
+    them read-only; a changelog that cannot be read is left to the caller's other checks.
+
+    Next to a live writer (:func:`~txstore.engine.partition.writer_probe`) the changelogs are
+    read one after the other while it commits, so they are compared only up to the newest
+    task commit every one of them held when read (a note says so when some held a newer
+    one); else the probe keeps
+    writers out while the markers are read."""
     report = SequenceReport()
-    logs: dict[str, FileChangelog] = {}
-    try:
-        for d in sorted(changelog_root.iterdir()) if changelog_root.is_dir() else []:
-            if d.is_dir():
-                try:
-                    logs[d.name] = FileChangelog(d, readonly=True, create=False)
-                except TxStoreError:
-                    continue  # reported by the per-store check
-        commits: dict[str, LogCommits] = {}
-        for name, log in logs.items():
-            try:
-                commits[name] = read_log_commits(log)
-            except TxStoreError:
-                continue
-        for name, lc in commits.items():
-            _order(name, lc, report)
-        _agreement(commits, report)
-        _last_commit(logs, commits, report)
-    finally:
-        for log in logs.values():
-            log.close()
+    with writer_probe(changelog_root.parent) as alive:
+        commits = _read_all(changelog_root)
+    for name, lc in commits.items():
+        _order(name, lc, report)
+    horizon = max((lc.seqs[-1] for lc in commits.values() if lc.seqs), default=0)
+    newest = horizon
+    if alive is not False:
+        horizon = min((lc.seqs[-1] for lc in commits.values() if lc.seqs), default=0)
+    if horizon < newest:
+        report.notes.append(
+            ("task commits", f"a writer may be committing: the changelogs were compared up "
+             f"to task commit {horizon}")
+        )  # fmt: skip
+    _agreement(commits, horizon, report)
+    if alive is False:
+        _last_commit(commits, horizon, report)
     return report
 
 
-def _agreement(commits: Mapping[str, LogCommits], report: SequenceReport) -> None:
+def _read_all(changelog_root: Path) -> dict[str, LogCommits]:
+    """The task commits of every changelog under ``changelog_root`` that can be read."""
+    out: dict[str, LogCommits] = {}
+    for d in sorted(changelog_root.iterdir()) if changelog_root.is_dir() else []:
+        if not d.is_dir():
+            continue
+        for _attempt in range(3):  # a live writer's compaction may delete a segment being read
+            try:
+                with FileChangelog(d, readonly=True, create=False) as log:
+                    out[d.name] = read_log_commits(log)
+                break
+            except FileNotFoundError:
+                continue
+            except (TxStoreError, OSError):
+                break  # reported by the per-store check
+    return out
+
+
+def _agreement(commits: Mapping[str, LogCommits], horizon: int, report: SequenceReport) -> None:
     """Same participants for one sequence number; no participant lacking a commit it holds
-    both sides of."""
+    both sides of, or older than the newest (up to task commit ``horizon``)."""
     participants: dict[int, dict[tuple[str, ...], list[str]]] = {}
     for name, lc in commits.items():
         for seq, stores in zip(lc.seqs, lc.stores, strict=True):
             participants.setdefault(seq, {}).setdefault(tuple(stores), []).append(name)
-    newest = max(participants, default=0)
     held = {name: set(lc.seqs) for name, lc in commits.items()}
-    for seq in sorted(participants):
+    for seq in sorted(s for s in participants if s <= horizon):
         lists = participants[seq]
         if len(lists) > 1:
             detail = "; ".join(f"{sorted(by)} say {list(s)}" for s, by in sorted(lists.items()))
@@ -161,7 +180,7 @@ def _agreement(commits: Mapping[str, LogCommits], report: SequenceReport) -> Non
                      f"the changelogs of {sorted(holders)} hold, though it holds task commit "
                      f"{log.seqs[-1]} after it: it lost a committed transaction")
                 )  # fmt: skip
-            elif seq < newest:
+            elif seq < horizon:
                 report.problems.append(
                     (f"changelog {p!r}", f"ends at task commit {log.seqs[-1]}, but the "
                      f"changelogs of {sorted(holders)} hold task commit {seq} and newer "
@@ -169,21 +188,33 @@ def _agreement(commits: Mapping[str, LogCommits], report: SequenceReport) -> Non
                 )  # fmt: skip
 
 
-def _last_commit(
-    logs: Mapping[str, FileChangelog], commits: Mapping[str, LogCommits], report: SequenceReport
-) -> None:
-    """The last task commit: complete, incomplete (recoverable), or a shape recovery refuses."""
-    planned = {n: logs[n] for n, lc in commits.items() if lc.seqs}
-    if not planned:
+def _last_commit(commits: Mapping[str, LogCommits], newest: int, report: SequenceReport) -> None:
+    """The newest task commit: complete, incomplete (a crash between its changelog commits:
+    recoverable), or lacking from a participant committed before one that holds it (the
+    changelogs commit in store-name order, so no crash leaves that: damage)."""
+    lists = {
+        tuple(stores)
+        for lc in commits.values()
+        for seq, stores in zip(lc.seqs, lc.stores, strict=True)
+        if seq == newest
+    }
+    if len(lists) != 1:
+        return  # none, or reported by _agreement
+    participants = list(next(iter(lists)))
+    logs = {p: commits[p] for p in participants if p in commits}
+    lacking = [p for p, lc in logs.items() if not lc.seqs or lc.seqs[-1] < newest]
+    if not lacking:
         return
-    try:
-        plan = plan_recovery(planned)
-    except TxStoreError as exc:
-        report.problems.append(("last task commit", str(exc)))
-        return
-    if plan.incomplete is not None:
-        report.notes.append(
-            ("last task commit", f"task commit {plan.incomplete} is incomplete (the changelogs "
-             f"of {plan.lacking} lack it: a crash between the changelog commits); recoverable: "
-             f"initialize() rolls it back to task commit {plan.seq}")
+    holding = [p for p in participants if p in logs and p not in lacking]
+    if holding and participants.index(lacking[0]) < participants.index(holding[-1]):
+        report.problems.append(
+            (f"changelog {lacking[0]!r}", f"lacks task commit {newest}, which the changelogs "
+             f"of {holding} hold although they commit after it: no crash leaves that, so it "
+             "lost a committed transaction (initialize() refuses it)")
         )  # fmt: skip
+        return
+    report.notes.append(
+        ("last task commit", f"task commit {newest} is incomplete (the changelogs of "
+         f"{lacking} lack it: a crash between the changelog commits); recoverable: "
+         f"initialize() rolls it back")
+    )  # fmt: skip
