@@ -21,6 +21,7 @@ from tests._task_child import model, open_task, process, state
 from txstore.changelog.coordination import commit_metadata
 from txstore.changelog.log import FileChangelog
 from txstore.changelog.markers import marker_pair_size, read_last_marker
+from txstore.engine.writer_lock import CLEAN_CLOSE
 from txstore.errors import ChangelogCorruptionError, TaskCorruptedError
 from txstore.runtime.task import Task
 
@@ -35,11 +36,12 @@ def run_child(path: Path, total: int, every: int) -> None:
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
-    """Every file of the partition directory (changelogs and LMDB environment) but locks."""
+    """Every file of the partition directory (changelogs and LMDB environment) but locks and
+    the clean-close marker (a close writes it once the opening walked data.mdb's pages)."""
     return {
         str(p.relative_to(path)): p.read_bytes()
         for p in sorted(path.rglob("*"))
-        if p.is_file() and not p.name.endswith(".lock") and p.name != "lock.mdb"
+        if p.is_file() and not p.name.endswith(".lock") and p.name not in ("lock.mdb", CLEAN_CLOSE)
     }
 
 
