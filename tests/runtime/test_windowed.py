@@ -697,7 +697,8 @@ def test_missing_materialized_settings_are_named_with_kafkas_reasons() -> None:
     with pytest.raises(InvalidArgumentError) as e:
         sessioned_table([], Materialized("s", segment_interval=60_000))
     msg = str(e.value)
-    assert "retention" in msg and "session" in msg and "PLAIN or PLAIN_HEADERS" in msg
+    assert "retention" in msg and "session" in msg
+    assert "PLAIN, TIMESTAMPED, HEADERS or PLAIN_HEADERS" in msg  # timestamped sessions too
     assert "window size" not in msg
 
 
@@ -713,8 +714,9 @@ def test_contradictory_settings() -> None:
         sessioned_table([], m.with_window_size(5))
     with pytest.raises(InvalidArgumentError, match="retains duplicates"):
         sessioned_table([], m.with_retain_duplicates())
-    with pytest.raises(InvalidArgumentError, match="TIMESTAMPED format"):
-        sessioned_table([], m.in_memory())
+    sessions = sessioned_table([], m.in_memory())  # a timestamped session store (issue 17)
+    assert sessions.codec.format == ValueFormat.TIMESTAMPED
+    sessions.close()
     with pytest.raises(InvalidArgumentError, match="use sessioned_table"):
         windowed_table([], None, session_builder(ValueFormat.PLAIN))
     with pytest.raises(InvalidArgumentError, match="use windowed_table"):
