@@ -109,11 +109,13 @@ class Database:
         map_size: int | None = None,
         max_dbs: int | None = None,
         changelogs: ChangelogSource | None = None,
+        verify: str | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {
             "readonly": readonly,
             "sync": sync,
             "overlay_budget_bytes": overlay_budget_bytes,
+            "verify": verify,
         }
         if map_size is not None:
             kwargs["map_size"] = map_size
@@ -462,6 +464,7 @@ def open(
     overlay_budget_bytes: int = 64 * 2**20,
     map_size: int | None = None,
     max_dbs: int | None = None,
+    verify: str | None = None,
 ) -> Database:
     """Open (creating if needed) the partition directory ``path``.
 
@@ -471,11 +474,15 @@ def open(
     uncommitted writes per store before they spill to disk. ``max_dbs`` is the size of this
     process's table of named-database handles (default
     :data:`~txstore.engine.lmdb_env.DEFAULT_MAX_DBS`; see
-    :class:`~txstore.engine.partition.Partition`).
+    :class:`~txstore.engine.partition.Partition`). ``verify`` decides when every page of
+    ``data/data.mdb`` is walked before the first read: ``"auto"`` (the default, or the
+    environment variable ``TXSTORE_VERIFY``) when the last writer did not close it cleanly,
+    ``"always"``, or ``"never"`` (see :class:`~txstore.engine.partition.Partition`).
 
     Cost: an ``lmdb.open`` and a check of stale reader slots; when writable also the
     single-writer lock, the removal of a spill directory a crash left behind and one LMDB
-    write transaction; nothing proportional to the committed data. Raises
+    write transaction; nothing proportional to the committed data, except the page walk
+    (``verify``: one read of every page in use, see docs/engine.md for its speed). Raises
     :class:`~txstore.errors.WriterLockedError` if the partition is open for writing by another
     process (:class:`~txstore.errors.InvalidStateStoreError`, its base class, if by another
     ``Database`` of this one): open it with ``readonly=True``;
@@ -484,9 +491,9 @@ def open(
     directory whose ``data/`` is missing or empty although it held data (see
     :func:`check_data_not_lost`: open it as a :class:`~txstore.runtime.task.Task` to restore
     it from its changelogs); :class:`~txstore.errors.DamagedFileError` (a ``StorageError``)
-    for a truncated or unreadable ``data/data.mdb``; :class:`~txstore.errors.InvalidTypeError`
-    or :class:`~txstore.errors.InvalidArgumentError` for a size that is not a positive
-    ``int``.
+    for a truncated or unreadable ``data/data.mdb`` or a damaged page the walk found;
+    :class:`~txstore.errors.InvalidTypeError` or :class:`~txstore.errors.InvalidArgumentError`
+    for a size that is not a positive ``int`` or a ``verify`` that is not one of the three.
     """
     return Database(
         path,
@@ -495,4 +502,5 @@ def open(
         overlay_budget_bytes=overlay_budget_bytes,
         map_size=map_size,
         max_dbs=max_dbs,
+        verify=verify,
     )

@@ -176,7 +176,8 @@ class Task:
     """A task over the partition directory ``path`` (see the module docstring).
 
     ``sync`` applies to the LMDB commits and the changelog commits alike; ``changelog_options``
-    are passed to each :class:`~txstore.changelog.log.FileChangelog` (``segment_bytes``...).
+    are passed to each :class:`~txstore.changelog.log.FileChangelog` (``segment_bytes``...);
+    ``verify`` is :func:`txstore.open`'s (when ``data/data.mdb``'s pages are walked).
     Changelogs live in ``<path>/changelog/<store>/``.
 
     >>> import tempfile, txstore
@@ -203,6 +204,7 @@ class Task:
         sync: bool = True,
         overlay_budget_bytes: int = 64 * 2**20,
         changelog_options: dict[str, Any] | None = None,
+        verify: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.sync = sync
@@ -216,7 +218,11 @@ class Task:
         self._commits = 0
         self._memory = MemoryPartition(overlay_budget_bytes=overlay_budget_bytes)
         self.db = Database(
-            self.path, sync=sync, overlay_budget_bytes=overlay_budget_bytes, changelogs=self
+            self.path,
+            sync=sync,
+            overlay_budget_bytes=overlay_budget_bytes,
+            changelogs=self,
+            verify=verify,
         )
 
     # ---- stores ---------------------------------------------------------------------------
