@@ -226,13 +226,15 @@ class SegmentedReadCommittedView(SegmentedReads):
                 if len(names) >= 256:  # segments roll forward: forget the old ones
                     names.clear()
                 pair = names[sid] = (_REG.pack(sid), st.segment_db(sid))
-            segs.append((pair[0], pair[1], sid))
+            # the cell before the read: a drop committed after this empties it, and one
+            # committed before it leaves the read without the segment's registry entry
+            segs.append((pair[0], pair[1], cell_of(sid)))
             dbs.append(pair[1])
 
         def read(reads: AtomicReads) -> tuple[list[tuple[bytes, bytes]], list[list[bool]]] | None:
             out: list[tuple[bytes, bytes]] = []
             cells: list[list[bool]] = []
-            for reg_key, db, sid in segs:
+            for reg_key, db, cell in segs:
                 entry = reads.get(reg_db, reg_key)
                 if not entry:
                     continue  # dropped since the segments were listed
@@ -248,7 +250,7 @@ class SegmentedReadCommittedView(SegmentedReads):
                     out += rows  # type: ignore[arg-type]
                 else:
                     out = rows  # type: ignore[assignment]
-                cells += [cell_of(sid)] * len(rows)
+                cells += [cell] * len(rows)
             return out, cells
 
         out: tuple[list[tuple[bytes, bytes]], list[list[bool]]] | None
