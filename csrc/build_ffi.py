@@ -1,7 +1,10 @@
 """cffi build script for txstore._codecs (out-of-line API mode).
 
-The C declarations come from ``csrc/txcodecs.h``, the same header the C file includes, with the
-preprocessor lines dropped (cffi's ``cdef`` does not run the preprocessor).
+Two C files, two concerns: ``txcodecs.c`` (the Kafka byte formats) and ``lmdbwalk.c`` (the
+B-tree page walk of an LMDB data file, :mod:`txstore.engine.lmdb_pages`). The C declarations
+come from their headers, ``csrc/txcodecs.h`` and ``csrc/lmdbwalk.h``, the same headers the C
+files include, with the preprocessor lines dropped (cffi's ``cdef`` does not run the
+preprocessor).
 
 The module is built for CPython's stable ABI: cffi's generated C defines ``Py_LIMITED_API`` and
 cffi marks the extension ``py_limited_api`` (file ``_codecs.abi3.so``) on every CPython that
@@ -20,11 +23,16 @@ import sysconfig
 from cffi import FFI
 
 HERE = pathlib.Path(__file__).resolve().parent
-HEADER = HERE / "txcodecs.h"
+#: Each C source with the header that declares its functions.
+SOURCES = {"txcodecs.c": "txcodecs.h", "lmdbwalk.c": "lmdbwalk.h"}
 
 
 def _cdef_text() -> str:
-    lines = HEADER.read_text(encoding="utf-8").splitlines()
+    lines = [
+        line
+        for header in SOURCES.values()
+        for line in (HERE / header).read_text(encoding="utf-8").splitlines()
+    ]
     return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
 
 
@@ -46,8 +54,8 @@ ffibuilder = FFI()
 ffibuilder.cdef(_cdef_text())
 ffibuilder.set_source(
     "txstore._codecs",
-    '#include "txcodecs.h"',
-    sources=[str((HERE / "txcodecs.c").relative_to(HERE.parent))],
+    "".join(f'#include "{header}"\n' for header in SOURCES.values()),
+    sources=[str((HERE / source).relative_to(HERE.parent)) for source in SOURCES],
     include_dirs=[str(HERE.relative_to(HERE.parent))],
     extra_compile_args=[
         "-O2",

@@ -37,12 +37,22 @@ Not checked: key order within a page and the bytes of keys and values (LMDB has 
 a flipped byte inside a value is read back as it is; the store's decoders and
 ``txstore check --deep`` look at those).
 
+The walk itself is C (``csrc/lmdbwalk.c``, in the ``txstore._codecs`` extension): it reads
+the pages with ``pread`` on the descriptor opened here, through page-sized buffers it owns,
+and keeps a bitmap of ``mm_last_pg + 1`` bits (pages seen), the stack of pages still to visit
+and the free list, never the file. It stops at the first fault with a reason code, the
+database and page concerned and the numbers to name; this module reads the meta pages, picks
+the one to walk and turns the C result into the :class:`~txstore.errors.DamagedFileError`
+text (``_MESSAGES``). A failed read (``EIO``) is a :class:`~txstore.errors.StorageError`
+carrying its ``errno``.
+
 A writer in another process may commit meanwhile and reuse pages the walk has not read yet; so
 a verdict of damage is confirmed by a second walk after the newest meta was read again, and
 raised only if the same transaction gives the same verdict.
 
-Cost: one ``pread`` per branch or leaf page and one 16-byte ``pread`` per overflow run, plus
-a Python loop over the nodes of every page; see docs/engine.md ("The page walk") for the rates.
+Cost: one ``pread`` per branch or leaf page and one 16-byte ``pread`` per overflow run (more
+for the free-page database's overflowing records), and a C loop over the nodes of every page;
+see docs/engine.md ("A damaged B-tree page") for the rates.
 """
 
 from __future__ import annotations
@@ -50,37 +60,66 @@ from __future__ import annotations
 import os
 import struct
 import time
-from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from txstore.engine.lmdb_files import P_INVALID, check_data_file
-from txstore.errors import DamagedFileError
+import txstore._codecs as _codecs
+from txstore.engine.lmdb_files import check_data_file
+from txstore.errors import DamagedFileError, StorageError
 
 __all__ = ["PageWalk", "page_kinds", "walk_data_file"]
 
+_ffi: Any = _codecs.ffi
+_lib: Any = _codecs.lib
 _MAGIC: Final = 0xBEEFC0DE
-_P_BRANCH: Final = 0x01
-_P_LEAF: Final = 0x02
-_P_OVERFLOW: Final = 0x04
 _P_META: Final = 0x08
-_F_BIGDATA: Final = 0x01
-_F_SUBDATA: Final = 0x02
-_MDB_DUPSORT: Final = 0x04
-_DB_FLAGS: Final = 0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40  # REVERSEKEY .. REVERSEDUP
-_MAX_KEY: Final = 511
-_NODE: Final = struct.Struct("<HHHH")
 _PGNO: Final = struct.Struct("<Q")  # at 0; the 1.0 format then has mp_txnid
-_HEADER: Final = struct.Struct("<HHHH")  # pad, flags, lower, upper: the last 8 header bytes
-_OVERFLOW_HEADER: Final = struct.Struct("<HHI")  # pad, flags, pages
-_DB: Final = struct.Struct(
-    "<IHHQQQQQ"
-)  # md_pad, flags, depth, branch, leaf, overflow, entries, root
-_U64: Final = struct.Struct("<Q")
+_FLAGS: Final = struct.Struct("<H")  # mp_flags, 6 bytes before the end of the page header
 _META_HEAD: Final = struct.Struct("<II")  # mm_magic, mm_version
 _LAST: Final = struct.Struct("<QQ")  # mm_last_pg, mm_txnid
+_DBS: Final = 96  # the free-page and main databases' MDB_db records, after mm_mapsize
 _ATTEMPTS: Final = 5
 _CONFIRM_WAIT_S: Final = 0.01
 _LAYOUTS: Final = ((16, 0, 1), (24, 24, 3))  # PAGEHDRSZ, PAGEBASE, mm_version: 0.9, 1.0
+_KINDS: Final = {1: "root", 2: "branch", 3: "leaf", 4: "overflow", 5: "?"}
+
+#: The text of each reason the C walk reports (csrc/lmdbwalk.h, enum txw_reason), filled from
+#: its numbers ``v0``..``v7`` and its context: ``name`` (the database), ``where`` (the branch or
+#: leaf page being read), ``what`` (what reached the page named), ``fwhere`` (where a free-page
+#: record lies), ``span`` (``..last`` for a run of pages) and ``pick`` (the meta page walked).
+_MESSAGES: Final = {
+    1: "page {v0} ({what}) is past the end of the file ({v1} complete pages of {v2} bytes)",
+    2: "page {v0} ({what}) is past the end of the file",
+    3: "{what} names page {v0}{span}, outside pages 2..{v2} (mm_last_pg)",
+    4: "page {v0} is reached twice (again by {what})",
+    5: "{name} has unknown flags {v0:#x}",
+    6: "{name} is flagged MDB_DUPSORT, which txstore never creates",
+    7: "{name} has no root page but depth {v0}, {v1} branch, {v2} leaf, {v3} overflow pages "
+    "and {v4} entries",
+    8: "{name} has root page {v0} but depth {v1}",
+    9: "{where} says it is page {v0} (zeroed or misplaced?)",
+    10: "{where} is a branch page at depth {v0} of {v1}",
+    11: "{where} is a leaf page at depth {v0} of {v1}",
+    12: "{where} has flags {v0:#x}, not a branch or leaf page",
+    13: "{where} has bounds lower={v0} upper={v1}, not within it",
+    14: "{where} holds no nodes",
+    15: "{where} has a node at offset {v0}, outside {v1}..{v2}",
+    16: "{where} has a node at offset {v0} with a bad key size {v1}",
+    17: "{where} has a node at offset {v0} overrunning the page",
+    18: "{where} has a node at offset {v0} with flags {v1:#x}",
+    19: "{name} holds {v0} branch, {v1} leaf, {v2} overflow pages and {v3} entries, but its "
+    "record says {v4}, {v5}, {v6} and {v7}",
+    20: "an overflow node of {where} names page {v0}, outside 2..{v1}",
+    21: "overflow page {v0} of {where} says page {v1}, flags {v2:#x}, {v3} pages (expected "
+    "{v0}, 0x4, at least {v4})",
+    22: "overflow pages {v0}..{v1} of {where} are past the end",
+    23: "{fwhere} has a free-page record of {v0} bytes",
+    24: "{fwhere} has a free-page record of {v0} pages in {v1} bytes",
+    25: "the free-page database lists page {v0}, outside 2..{v1}",
+    26: "page {v0} is listed free but is also in use or listed twice",
+    27: "page {v0} is neither used by a database nor listed free (lost)",
+    28: "meta page {pick} names an impossible page size {v0}",
+    29: "meta page {pick} names last page {v0}, far past the file's end",
+}
 
 
 class PageWalk(NamedTuple):
@@ -102,199 +141,6 @@ class _Damage(Exception):
     pass
 
 
-@dataclass
-class _Db:
-    name: str
-    flags: int
-    depth: int
-    branch: int
-    leaf: int
-    overflow: int
-    entries: int
-    root: int
-
-    @classmethod
-    def parse(cls, name: str, buf: bytes | memoryview, offset: int) -> _Db:
-        _pad, flags, depth, branch, leaf, overflow, entries, root = _DB.unpack_from(buf, offset)
-        return cls(name, flags, depth, branch, leaf, overflow, entries, root)
-
-
-@dataclass
-class _Counts:
-    branch: int = 0
-    leaf: int = 0
-    overflow: int = 0
-    entries: int = 0
-
-
-@dataclass
-class _Walker:
-    fd: int
-    header: int
-    base: int
-    psize: int
-    last_pg: int
-    file_pages: int
-    owner: bytearray = field(default_factory=bytearray)  # 0 unseen, 1 used, 2 free
-    named: list[_Db] = field(default_factory=list)
-    free: list[int] = field(default_factory=list)
-    pages: int = 0
-    entries: int = 0
-    kinds: dict[int, tuple[str, str]] | None = None
-
-    def read(self, pgno: int, what: str, n: int = 0) -> bytes:
-        if pgno >= self.file_pages:
-            raise _Damage(
-                f"page {pgno} ({what}) is past the end of the file ({self.file_pages} "
-                f"complete pages of {self.psize} bytes)"
-            )
-        data = os.pread(self.fd, n or self.psize, pgno * self.psize)
-        if len(data) != (n or self.psize):
-            raise _Damage(f"page {pgno} ({what}) is past the end of the file")
-        return data
-
-    def claim(self, first: int, count: int, what: str) -> None:
-        """Mark pages ``first .. first+count-1`` as used by ``what``."""
-        if first < 2 or first + count - 1 > self.last_pg:
-            raise _Damage(
-                f"{what} names page {first}"
-                + (f"..{first + count - 1}" if count > 1 else "")
-                + f", outside pages 2..{self.last_pg} (mm_last_pg)"
-            )
-        owner = self.owner
-        for pg in range(first, first + count):
-            if owner[pg]:
-                raise _Damage(f"page {pg} is reached twice (again by {what})")
-            owner[pg] = 1
-        self.pages += count
-
-    def walk(self, db: _Db, main: bool, free: bool) -> None:
-        name = db.name
-        if db.flags & ~_DB_FLAGS:
-            raise _Damage(f"{name} has unknown flags {db.flags:#x}")
-        if db.flags & _MDB_DUPSORT:
-            raise _Damage(f"{name} is flagged MDB_DUPSORT, which txstore never creates")
-        got = _Counts()
-        if db.root == P_INVALID:
-            if db.depth or db.branch or db.leaf or db.overflow or db.entries:
-                raise _Damage(
-                    f"{name} has no root page but depth {db.depth}, {db.branch} branch, "
-                    f"{db.leaf} leaf, {db.overflow} overflow pages and {db.entries} entries"
-                )
-            return
-        if not 1 <= db.depth <= 64:
-            raise _Damage(f"{name} has root page {db.root} but depth {db.depth}")
-        self.claim(db.root, 1, f"the root of {name}")
-        todo = [(db.root, 1)]
-        h, base, psize = self.header, self.base, self.psize
-        while todo:
-            pgno, level = todo.pop()
-            page = self.read(pgno, f"of {name}")
-            mp_pgno = _PGNO.unpack_from(page, 0)[0]
-            _pad, flags, lower, upper = _HEADER.unpack_from(page, h - 8)
-            where = f"page {pgno} of {name}"
-            if mp_pgno != pgno:
-                raise _Damage(f"{where} says it is page {mp_pgno} (zeroed or misplaced?)")
-            if self.kinds is not None:
-                kind = "root" if pgno == db.root else {1: "branch", 2: "leaf"}.get(flags, "?")
-                self.kinds[pgno] = (kind, name)
-            if flags == _P_BRANCH:
-                if level >= db.depth:
-                    raise _Damage(f"{where} is a branch page at depth {level} of {db.depth}")
-                got.branch += 1
-            elif flags == _P_LEAF:
-                if level != db.depth:
-                    raise _Damage(f"{where} is a leaf page at depth {level} of {db.depth}")
-                got.leaf += 1
-            else:
-                raise _Damage(f"{where} has flags {flags:#x}, not a branch or leaf page")
-            lower += base  # both count from PAGEBASE (0 in the 0.9 format, the header in 1.0)
-            upper += base
-            if not h <= lower <= upper <= psize or (lower - h) & 1:
-                raise _Damage(f"{where} has bounds lower={lower} upper={upper}, not within it")
-            n = (lower - h) >> 1
-            if n < 1:
-                raise _Damage(f"{where} holds no nodes")
-            for off in struct.unpack_from(f"<{n}H", page, h):
-                at = off + base
-                if at < upper or at + 8 > psize:
-                    raise _Damage(f"{where} has a node at offset {at}, outside {upper}..{psize}")
-                lo, hi, nflags, ksize = _NODE.unpack_from(page, at)
-                end = at + 8 + ksize
-                if ksize > _MAX_KEY or end > psize:
-                    raise _Damage(f"{where} has a node at offset {at} with a bad key size {ksize}")
-                if flags == _P_BRANCH:
-                    child = lo | hi << 16 | nflags << 32
-                    self.claim(child, 1, f"a branch node of {where}")
-                    todo.append((child, level + 1))
-                    continue
-                dsize = lo | hi << 16
-                got.entries += 1
-                if nflags == 0:
-                    if end + dsize > psize:
-                        raise _Damage(f"{where} has a node at offset {at} overrunning the page")
-                    if free:
-                        self.free_record(page, end, dsize, where)
-                elif nflags == _F_BIGDATA:
-                    if end + 8 > psize:
-                        raise _Damage(f"{where} has a node at offset {at} overrunning the page")
-                    ov = _U64.unpack_from(page, end)[0]
-                    got.overflow += self.overflow(ov, dsize, where, free)
-                elif nflags == _F_SUBDATA and main and dsize == _DB.size:
-                    if end + dsize > psize:
-                        raise _Damage(f"{where} has a node at offset {at} overrunning the page")
-                    key = page[at + 8 : end].decode("utf-8", "backslashreplace")
-                    self.named.append(_Db.parse(f"database {key!r}", page, end))
-                else:
-                    raise _Damage(f"{where} has a node at offset {at} with flags {nflags:#x}")
-        self.entries += got.entries
-        counted = (got.branch, got.leaf, got.overflow, got.entries)
-        recorded = (db.branch, db.leaf, db.overflow, db.entries)
-        if counted != recorded:
-            raise _Damage(
-                f"{name} holds {got.branch} branch, {got.leaf} leaf, {got.overflow} overflow "
-                f"pages and {got.entries} entries, but its record says {db.branch}, {db.leaf}, "
-                f"{db.overflow} and {db.entries}"
-            )
-
-    def overflow(self, ov: int, dsize: int, where: str, free: bool) -> int:
-        """Check the overflow run at page ``ov`` holding ``dsize`` bytes; its page count. A run
-        holds at least ``OVPAGES(dsize)`` pages: LMDB overwrites a dirty run in place with a
-        smaller value and keeps its length."""
-        need = (self.header - 1 + dsize) // self.psize + 1  # OVPAGES
-        if not 2 <= ov <= self.last_pg:
-            raise _Damage(f"an overflow node of {where} names page {ov}, outside 2..{self.last_pg}")
-        head = self.read(ov, f"overflow of {where}", self.header)
-        mp_pgno = _PGNO.unpack_from(head, 0)[0]
-        _pad, flags, pages = _OVERFLOW_HEADER.unpack_from(head, self.header - 8)
-        n = int(pages)
-        if mp_pgno != ov or flags != _P_OVERFLOW or n < need:
-            raise _Damage(
-                f"overflow page {ov} of {where} says page {mp_pgno}, flags {flags:#x}, "
-                f"{n} pages (expected {ov}, {_P_OVERFLOW:#x}, at least {need})"
-            )
-        self.claim(ov, n, f"overflow page {ov} (a run of {n} pages) of {where}")
-        if self.kinds is not None:
-            self.kinds[ov] = ("overflow", where.split(" of ", 1)[1])
-        if ov + need > self.file_pages:
-            raise _Damage(f"overflow pages {ov}..{ov + need - 1} of {where} are past the end")
-        if free:
-            data = os.pread(self.fd, dsize, ov * self.psize + self.header)
-            if len(data) != dsize:
-                raise _Damage(f"overflow pages {ov}..{ov + n - 1} of {where} are past the end")
-            self.free_record(data, 0, len(data), f"overflow page {ov} of {where}")
-        return n
-
-    def free_record(self, buf: bytes, at: int, dsize: int, where: str) -> None:
-        """A free-database record: a u64 count, then that many page numbers."""
-        if dsize < 8:
-            raise _Damage(f"{where} has a free-page record of {dsize} bytes")
-        count = _U64.unpack_from(buf, at)[0]
-        if (count + 1) * 8 > dsize:
-            raise _Damage(f"{where} has a free-page record of {count} pages in {dsize} bytes")
-        self.free.extend(struct.unpack_from(f"<{count}Q", buf, at + 8))
-
-
 def walk_data_file(path: str | os.PathLike[str]) -> PageWalk:
     """Walk every page the newest snapshot of the LMDB data file ``path`` reaches (see the
     module docstring) and return what was read; raise
@@ -302,7 +148,8 @@ def walk_data_file(path: str | os.PathLike[str]) -> PageWalk:
     pre-map check (:func:`~txstore.engine.lmdb_files.check_data_file`) runs first. A missing or
     empty file walks nothing. Reads with ``pread`` only; never writes, never maps. A verdict
     of damage is confirmed against a second walk of the same transaction (a live writer may
-    reuse pages meanwhile). O(pages used + free-list length)."""
+    reuse pages meanwhile). O(pages used + free-list length); memory O(``mm_last_pg`` bits +
+    free-list length), not the file's size."""
     name = os.fspath(path)
     previous: tuple[int, str] | None = None
     for _ in range(_ATTEMPTS):
@@ -317,7 +164,7 @@ def walk_data_file(path: str | os.PathLike[str]) -> PageWalk:
             size = os.fstat(fd).st_size
             if size == 0:
                 return PageWalk(0, 0, 0, 0, 0, 0, 0.0)
-            return _walk(fd, size)._replace(seconds=time.perf_counter() - started)
+            return _walk(fd, size, name)._replace(seconds=time.perf_counter() - started)
         except _Damage as damage:
             verdict = (_newest_txnid(fd), str(damage))
             if verdict == previous:
@@ -339,7 +186,7 @@ def page_kinds(path: str | os.PathLike[str]) -> dict[int, tuple[str, str]]:
     fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         kinds: dict[int, tuple[str, str]] = {}
-        _walk(fd, os.fstat(fd).st_size, kinds)
+        _walk(fd, os.fstat(fd).st_size, name, kinds)
         return kinds
     except _Damage as damage:
         raise DamagedFileError(name, str(damage)) from None
@@ -365,8 +212,11 @@ def _newest_txnid(fd: int) -> int:
         return -1
 
 
-def _walk(fd: int, size: int, kinds: dict[int, tuple[str, str]] | None = None) -> PageWalk:
-    h, base, psize, metas = _metas(fd)
+def _walk(
+    fd: int, size: int, path: str, kinds: dict[int, tuple[str, str]] | None = None
+) -> PageWalk:
+    """Pick the meta page LMDB would use and walk its snapshot in C; fill ``kinds`` if given."""
+    h, _base, psize, metas = _metas(fd)
     if h != 16:
         return PageWalk(0, 0, 0, 0, 0, 0, 0.0)  # the LMDB 1.0 format: not walked (see above)
     if len(metas[1]) < h + 152:
@@ -377,36 +227,77 @@ def _walk(fd: int, size: int, kinds: dict[int, tuple[str, str]] | None = None) -
         else 0
     )
     meta = metas[pick]
-    if not _HEADER.unpack_from(meta, h - 8)[1] & _P_META or _PGNO.unpack_from(meta, 0)[0] != pick:
+    if not _FLAGS.unpack_from(meta, h - 6)[0] & _P_META or _PGNO.unpack_from(meta, 0)[0] != pick:
         raise _Damage(f"meta page {pick} is not flagged as meta page {pick}")
     last_pg, txnid = _LAST.unpack_from(meta, h + 120)
-    file_pages = size // psize
-    if last_pg > file_pages + 2**20:
-        raise _Damage(f"meta page {pick} names last page {last_pg}, far past the file's end")
-    walker = _Walker(fd, h, base, psize, last_pg, file_pages, bytearray(last_pg + 1))
-    walker.kinds = kinds
-    free_db = _Db.parse("the free-page database", meta, h + 24)
-    main_db = _Db.parse("the main database", meta, h + 24 + 48)
-    walker.walk(free_db, main=False, free=True)
-    walker.walk(main_db, main=True, free=False)
-    for db in walker.named:
-        walker.walk(db, main=False, free=False)
-    owner = walker.owner
-    for pg in walker.free:
-        if not 2 <= pg <= last_pg:
-            raise _Damage(f"the free-page database lists page {pg}, outside 2..{last_pg}")
-        if owner[pg]:
-            raise _Damage(f"page {pg} is listed free but is also in use or listed twice")
-        owner[pg] = 2
-    lost = owner.find(0, 2)
-    if lost >= 0:
-        raise _Damage(f"page {lost} is neither used by a database nor listed free (lost)")
+    walker = _lib.txw_new(fd, size)
+    if walker == _ffi.NULL:
+        raise MemoryError("no memory for the page walk")
+    try:
+        n_kinds = last_pg + 1 if kinds is not None and last_pg < size // 512 + 2**20 else 0
+        kind_of = _ffi.new("uint8_t[]", n_kinds) if n_kinds else _ffi.NULL
+        db_of = _ffi.new("int32_t[]", n_kinds) if n_kinds else _ffi.NULL
+        out = _ffi.new("txw_result *")
+        dbs = _ffi.from_buffer(meta[h + 24 : h + 24 + _DBS])
+        reason = _lib.txw_walk(walker, psize, last_pg, dbs, _DBS, kind_of, db_of, n_kinds, out)
+        if reason:
+            _fail(walker, out, pick, path)
+        if kinds is not None and n_kinds:
+            names: dict[int, str] = {}
+            codes = bytes(_ffi.buffer(kind_of, n_kinds))
+            for pgno, code in enumerate(codes):
+                if code:
+                    db = db_of[pgno]
+                    if db not in names:
+                        names[db] = _db_name(walker, db)
+                    kinds[pgno] = (_KINDS[code], names[db])
+    finally:
+        _lib.txw_free(walker)
     return PageWalk(
-        walker.pages,
-        walker.pages * psize,
-        len(walker.free),
-        2 + len(walker.named),
-        walker.entries,
-        txnid,
-        0.0,
+        out.pages, out.pages * psize, out.free_pages, out.databases, out.entries, txnid, 0.0
+    )
+
+
+def _db_name(walker: Any, db: int) -> str:
+    """How messages name database number ``db`` (0 free pages, 1 main, 2+ named)."""
+    if db == 0:
+        return "the free-page database"
+    if db == 1:
+        return "the main database"
+    buf = _ffi.new("uint8_t[]", 512)
+    n = _lib.txw_db_name(walker, db, buf, 512)
+    key = bytes(_ffi.buffer(buf, max(0, min(n, 512)))).decode("utf-8", "backslashreplace")
+    return f"database {key!r}"
+
+
+def _fail(walker: Any, out: Any, pick: int, path: str) -> None:
+    """Raise what the C walk's result ``out`` reports: :class:`_Damage` with its text, or the
+    error of a failed read or allocation."""
+    reason = out.reason
+    if reason == _lib.TXW_R_IO:
+        raise StorageError(out.error, f"reading {path}: {os.strerror(out.error)}", path)
+    if reason == _lib.TXW_R_NOMEM:
+        raise MemoryError("no memory for the page walk")
+    if reason not in _MESSAGES:
+        raise AssertionError(f"the page walk's C code returned reason {reason}")
+    name = _db_name(walker, out.db)
+    where = f"page {out.where} of {name}"
+    via = out.via
+    if via == _lib.TXW_VIA_ROOT:
+        what = f"the root of {name}"
+    elif via == _lib.TXW_VIA_BRANCH:
+        what = f"a branch node of {where}"
+    elif via == _lib.TXW_VIA_OVERFLOW and reason in (_lib.TXW_R_PAST_END, _lib.TXW_R_SHORT_READ):
+        what = f"overflow of {where}"
+    elif via == _lib.TXW_VIA_OVERFLOW:
+        what = f"overflow page {out.run} (a run of {out.run_pages} pages) of {where}"
+    else:
+        what = f"of {name}"
+    fwhere = f"overflow page {out.run} of {where}" if via == _lib.TXW_VIA_OVERFLOW else where
+    v = {f"v{i}": out.v[i] for i in range(8)}
+    span = f"..{v['v1']}" if v["v1"] != v["v0"] else ""
+    raise _Damage(
+        _MESSAGES[reason].format(
+            name=name, where=where, what=what, fwhere=fwhere, span=span, pick=pick, **v
+        )
     )
