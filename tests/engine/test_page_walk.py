@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from txstore import (
     ValueTimestampHeaders,
     Windowed,
 )
+from txstore.engine import lmdb_pages
 from txstore.engine.lmdb_pages import page_kinds, walk_data_file
 from txstore.engine.partition import Partition
 from txstore.engine.writer_lock import CLEAN_CLOSE
@@ -337,3 +339,209 @@ def test_a_damaged_page_found_at_open_leaves_no_marker(crashed: Path, tmp_path: 
         with pytest.raises(DamagedFileError, match=rf"page {pgno}\b"):
             Partition(copy)
         assert not (copy / CLEAN_CLOSE).exists()
+
+
+# ---- the C walk: cycles, depth, truncation, fuzzing, memory ------------------------------------
+
+
+def _nodes(page: bytes | bytearray) -> list[tuple[int, bytes, int]]:
+    """(offset, key, data field) of each node of a branch or leaf page of the 0.9 format; the
+    data field of a branch node is its child page."""
+    lower = int.from_bytes(page[12:14], "little")
+    out = []
+    for i in range((lower - 16) // 2):
+        at = int.from_bytes(page[16 + 2 * i : 18 + 2 * i], "little")
+        lo, hi, flags, ksize = struct.unpack_from("<HHHH", page, at)
+        out.append((at, bytes(page[at + 8 : at + 8 + ksize]), lo | hi << 16 | flags << 32))
+    return out
+
+
+def _point_branch_node(data: Path, pgno: int, index: int, child: int) -> None:
+    """Make node ``index`` of the branch page ``pgno`` point at page ``child``."""
+    with open(data, "r+b") as f:
+        f.seek(pgno * PSIZE)
+        page = f.read(PSIZE)
+        at = _nodes(page)[index][0]
+        f.seek(pgno * PSIZE + at)
+        f.write(struct.pack("<HHH", child & 0xFFFF, child >> 16 & 0xFFFF, child >> 32))
+
+
+def test_branch_pages_forming_a_cycle_are_damage(healthy: Path, tmp_path: Path) -> None:
+    """A branch node pointing back at the root of its tree, or at its own page: the walk stops
+    at the page reached twice instead of going round (LMDB's own cursor would)."""
+    kinds = page_kinds(healthy / "data.mdb")
+    (root,) = [p for p, k in kinds.items() if k == ("root", "database 'wide'")]
+    branches = sorted(p for p, k in kinds.items() if k == ("branch", "database 'wide'"))
+    data = _copy(healthy, tmp_path / "up")
+    _point_branch_node(data, branches[0], 0, root)
+    with pytest.raises(DamagedFileError, match=rf"page {root} is reached twice") as info:
+        walk_data_file(data)
+    assert f"(again by a branch node of page {branches[0]} of database 'wide')" in str(info.value)
+    data = _copy(healthy, tmp_path / "self")
+    _point_branch_node(data, branches[1], 1, branches[1])
+    with pytest.raises(DamagedFileError, match=rf"page {branches[1]} is reached twice"):
+        walk_data_file(data)
+    data = _copy(healthy, tmp_path / "root")  # the root's own first node: a one-page cycle
+    _point_branch_node(data, root, 0, root)
+    with pytest.raises(DamagedFileError, match=rf"page {root} is reached twice"):
+        walk_data_file(data)
+
+
+def _set_depth(data: Path, main_root: int, name: bytes, depth: int) -> None:
+    """Set ``md_depth`` in the record of the named database ``name`` (a leaf node of the main
+    database's root page)."""
+    with open(data, "r+b") as f:
+        f.seek(main_root * PSIZE)
+        page = f.read(PSIZE)
+        ((at, key, _),) = [n for n in _nodes(page) if n[1] == name]
+        f.seek(main_root * PSIZE + at + 8 + len(key) + 6)  # MDB_db: md_pad u32, md_flags u16
+        f.write(struct.pack("<H", depth))
+
+
+@pytest.mark.parametrize(
+    ("depth", "message"),
+    [
+        (2, r"page \d+ of database 'wide' is a branch page at depth 2 of 2"),
+        (64, r"page \d+ of database 'wide' is a leaf page at depth 3 of 64"),
+        (65, r"database 'wide' has root page \d+ but depth 65"),
+        (0xFFFF, r"database 'wide' has root page \d+ but depth 65535"),
+        (0, r"database 'wide' has root page \d+ but depth 0"),
+    ],
+)
+def test_a_wrong_or_huge_claimed_depth_is_damage(
+    healthy: Path, tmp_path: Path, depth: int, message: str
+) -> None:
+    """The tree of 'wide' is 3 levels deep; its record claims another depth. The walk's stack
+    is bounded by the depth it accepts (at most 64, as LMDB's cursor stack is 32)."""
+    kinds = page_kinds(healthy / "data.mdb")
+    (main_root,) = [p for p, k in kinds.items() if k == ("root", "the main database")]
+    data = _copy(healthy, tmp_path / "env")
+    _set_depth(data, main_root, b"wide", depth)
+    with pytest.raises(DamagedFileError, match=message):
+        walk_data_file(data)
+
+
+def test_a_file_truncated_mid_walk_is_damage(healthy: Path, tmp_path: Path) -> None:
+    """The file shrinks after the walk learnt its size (another process truncated it): the
+    reads that come back short are damage naming the page; a file cut inside a page in use is
+    refused too (by the check before mapping, which the walk runs first)."""
+    data = _copy(healthy, tmp_path / "env")
+    size = data.stat().st_size
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        os.truncate(data, size // 2)
+        with pytest.raises(lmdb_pages._Damage, match=r"page \d+ \(of .*\) is past the end"):
+            lmdb_pages._walk(fd, size, str(data))
+    finally:
+        os.close(fd)
+    kinds = page_kinds(healthy / "data.mdb")
+    cut = sorted(p for p, k in kinds.items() if k[0] == "leaf")[-1]
+    os.truncate(data, cut * PSIZE + PSIZE // 2)
+    with pytest.raises(DamagedFileError, match=r"data\.mdb"):
+        walk_data_file(data)
+    with pytest.raises(DamagedFileError, match=rf"page \d+ \(.*\) is past the end of the file "
+                       rf"\({cut} complete pages of {PSIZE} bytes\)"):  # fmt: skip
+        page_kinds(data)
+
+
+FUZZ_CHILD = """
+import os, sys
+from hypothesis import HealthCheck, given, settings, strategies as st
+from txstore.engine import lmdb_pages
+from txstore.engine.lmdb_pages import page_kinds, walk_data_file
+from txstore.errors import DamagedFileError
+
+src, work, examples, derandomize = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+psize = 4096
+live = sorted(page_kinds(src))
+original = open(src, "rb").read()
+with open(work, "wb") as f:
+    f.write(original)
+fd = os.open(work, os.O_RDWR)
+seen = {"ok": 0, "damaged": 0}
+edit = st.tuples(
+    st.integers(0, len(live) - 1),
+    st.one_of(st.integers(0, 63), st.integers(0, psize - 1)),  # the header and node offsets, often
+    st.binary(min_size=1, max_size=48),
+)
+
+@settings(max_examples=examples, derandomize=derandomize, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(edit, min_size=1, max_size=6))
+def fuzz(edits):
+    touched = set()
+    for index, at, data in edits:
+        os.pwrite(fd, data[: psize - at], live[index] * psize + at)
+        touched.add(live[index])
+    try:
+        walk_data_file(work)
+        seen["ok"] += 1
+    except DamagedFileError:
+        seen["damaged"] += 1
+    finally:
+        for pg in touched:
+            os.pwrite(fd, original[pg * psize : (pg + 1) * psize], pg * psize)
+
+fuzz()
+print("outcomes", seen["ok"], seen["damaged"])
+"""
+
+
+def _fuzz(healthy: Path, tmp_path: Path, examples: int, derandomize: bool) -> None:
+    """Random bytes written into random pages in use (headers and node offsets more often) of a
+    real file, in a child process: each walk succeeds or raises DamagedFileError. Any other
+    exception fails the child; a crash of the C code kills the child, not pytest."""
+    args = [str(healthy / "data.mdb"), str(tmp_path / "data.mdb"), str(examples)]
+    done = subprocess.run(
+        [sys.executable, "-c", FUZZ_CHILD, *args, "1" if derandomize else "0"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
+    _, ok, damaged = done.stdout.split()
+    assert int(damaged) > examples // 4 and int(ok) + int(damaged) >= examples
+
+
+def test_fuzzed_pages_give_damage_or_success_never_a_crash(healthy: Path, tmp_path: Path) -> None:
+    _fuzz(healthy, tmp_path, 250, derandomize=True)
+
+
+@pytest.mark.slow
+def test_fuzzed_pages_give_damage_or_success_never_a_crash_long_run(
+    healthy: Path, tmp_path: Path
+) -> None:
+    _fuzz(healthy, tmp_path, 20_000, derandomize=False)
+
+
+MEMORY_CHILD = """
+import resource, sys
+from txstore.engine.lmdb_pages import walk_data_file
+
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+walk = walk_data_file(sys.argv[1])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(walk.bytes, (after - before) * 1024)
+"""
+
+
+def test_the_walk_does_not_hold_the_file_in_memory(tmp_path: Path) -> None:
+    """A 64 MiB file walked in a fresh process: its peak memory grows by far less than the
+    file (a bitmap of pages, page buffers, the free list), never by the file's size."""
+    env = lmdb.open(str(tmp_path), map_size=1 << 30, sync=False)
+    rnd = random.Random(5)
+    with env.begin(write=True) as txn:
+        for i in range(60_000):
+            txn.put(b"%016d" % i, rnd.randbytes(1000))
+    env.close()
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_CHILD, str(tmp_path / "data.mdb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    walked, grown = map(int, done.stdout.split())
+    assert walked > 60 << 20
+    assert grown < 4 << 20, f"the walk's peak memory grew by {grown} bytes"
