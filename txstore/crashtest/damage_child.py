@@ -8,7 +8,8 @@ healthy-store rule checks, none when the damage hit ``data/data.mdb``):
    store read-only (:class:`~txstore.crashtest.state.StateReader`), as any reader would;
 2. ``reopen``: open a fresh :class:`~txstore.runtime.task.Task` with the workload's stores,
    :meth:`~txstore.runtime.task.Task.initialize` it, read the input position and every store
-   through the task's own handles (a snapshot each; phase ``task read``), close it;
+   through the task's own handles (a snapshot each; phase ``task read``; the in-memory
+   stores' offsets and contents are kept: no other process sees them), close it;
 3. ``read``: read every store read-only again: the state the driver compares with the model
    when the reopen succeeded, and the "after" of the healthy-store rule (skipped when the
    reopen failed and ``HEALTHY`` is empty: the damaged ``data.mdb`` would only be read again).
@@ -82,13 +83,22 @@ def reopen(config: RunConfig, workload: Workload) -> dict[str, Any]:
             with position_store.snapshot() as view:
                 view.get(POSITION_KEY)
             entries = 0
+            in_memory: dict[str, StoreState] = {}
             for spec in workload.stores():
                 with stores[spec.name].snapshot() as view:
-                    entries += len(spec.read(view))
+                    state = spec.read(view)
+                    entries += len(state)
+                if spec.in_memory:  # no other process sees it: its state is read here
+                    in_memory[spec.name] = (stores[spec.name].committed_offset, state)
             input_position = task.input_position
     except Exception as exc:
         return {"ok": False, "error": _error(exc), "phase": "reopen"}
-    return {"ok": True, "input_position": input_position, "entries": entries}
+    return {
+        "ok": True,
+        "input_position": input_position,
+        "entries": entries,
+        "in_memory": in_memory,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,6 +151,8 @@ class DamagePass:
         self.workload = workload
         self.timeout = timeout
         self.stores = [s.name for s in workload.stores()] + [POSITION_STORE]
+        #: In-memory stores have no LMDB content: only their changelogs are checked as healthy.
+        self.in_memory = {s.name for s in workload.stores() if s.in_memory}
         self.pending: list[_Pending] = []
         self.trials: list[DamageTrial] = []
         self.kept: dict[str, int] = {}
@@ -192,7 +194,9 @@ class DamagePass:
                 copy,
                 run_json,
                 healthy,
-                [] if damage.file_type == "data.mdb" else healthy,
+                []
+                if damage.file_type == "data.mdb"
+                else [s for s in healthy if s not in self.in_memory],
                 hash_files(copy, store_files(copy, healthy)),
             )
         )
@@ -254,7 +258,8 @@ class DamagePass:
             result = pickle.load(f)  # written by our own child process
         outcome = result["outcome"]
         if outcome["ok"]:
-            after = result["after"]
+            # In-memory stores exist only in the reopened task: the child read them there.
+            after = {**result["after"], **outcome["in_memory"]}
             t.position = int(after[POSITION_STORE][1][POSITION_KEY] or 0)
             check = Check()
             if t.position != position:

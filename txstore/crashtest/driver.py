@@ -88,11 +88,7 @@ class Driver:
         self.report = report
         params = dict(config.workload_params)
         if config.workload == DEFAULT_WORKLOAD:
-            # A damage trial reads every store of a damaged copy from another process, which
-            # cannot see in-memory stores: they are in the standard workload of the other runs.
-            params.setdefault("in_memory", config.damage == 0)
-            if config.damage > 0 and params["in_memory"]:
-                raise InvalidArgumentError("--damage runs have no in-memory stores (in_memory)")
+            params.setdefault("in_memory", True)
         self.run_config = RunConfig(
             path=str(workdir / "task"),
             workload=config.workload,

@@ -185,10 +185,10 @@ class StandardWorkload(Workload):
     * ``sessions``: session store merging records of a key closer than the inactivity gap,
       with their count (find, remove, put); ``ts_sessions`` the same in a timestamped session
       store (the count with the time of the session's last record);
-    * ``mem_latest`` and ``mem_counts`` (``in_memory=True``; ``txstore crashtest`` sets it
-      unless it damages files): ``latest`` and ``counts`` as in-memory stores, change-logged
-      and restored from their changelogs on start; the writer reports their state after each
-      recovery (no other process sees them).
+    * ``mem_latest`` and ``mem_counts`` (``in_memory=True``; ``txstore crashtest`` sets it):
+      ``latest`` and ``counts`` as in-memory stores, change-logged and restored from their
+      changelogs on start; the writer reports their state after each recovery, and a damage
+      trial's child reads them in the task it reopened (no other process sees them).
 
     The segmented stores' retention is short (two minutes of event time, 1,200 records), so
     segments expire and are dropped while the harness runs.
