@@ -341,7 +341,13 @@ def test_corruption_in_closed_segment_is_found_when_read(tmp_path: Path) -> None
         open_log(tmp_path)
 
 
-def test_corrupt_or_extra_uncommitted_tail_is_truncated(tmp_path: Path) -> None:
+def test_an_uncommitted_tail_is_truncated_and_bytes_no_crash_leaves_are_refused(
+    tmp_path: Path,
+) -> None:
+    """Valid frames of the open transaction, or the beginning of one, after the last commit are
+    a torn tail: truncated. A frame whose checksum fails, zeros and a header that no writer
+    wrote are not what a crash leaves: ChangelogCorruptionError at their position, nothing
+    truncated (this test truncated them before: see tests/changelog/test_changelog_tail.py)."""
     _, full = _committed_log(tmp_path)
     seg = tmp_path / "00000000000000000000.log"
     valid = b"".join(
@@ -357,13 +363,21 @@ def test_corrupt_or_extra_uncommitted_tail_is_truncated(tmp_path: Path) -> None:
             max_timestamp=1,
         )
     )
-    for tail in (valid, valid[:-1] + bytes([valid[-1] ^ 1]), b"\x00" * 100, b"TXCL" + b"x" * 7):
+    for tail in (valid, valid[:-7], b"TXCL\x00\x01"):
         with seg.open("ab") as f:
             f.write(tail)
         with open_log(tmp_path) as log:
             assert log.committed_end_offset == 14 and os.path.getsize(seg) == full
             assert log.recovered is not None and log.recovered.tail_reason
             assert [r.offset for r in records(log)][-1] == 13
+    for tail in (valid[:-1] + bytes([valid[-1] ^ 1]), b"\x00" * 100, b"TXCL" + b"x" * 7):
+        with seg.open("ab") as f:
+            f.write(tail)
+        with pytest.raises(ChangelogCorruptionError, match=f"truncate -s {full} ") as err:
+            open_log(tmp_path)
+        assert (err.value.path, err.value.position, err.value.offset) == (str(seg), full, 14)
+        assert os.path.getsize(seg) == full + len(tail)
+        os.truncate(seg, full)
 
 
 # --------------------------------------------------------------------------- real crashes

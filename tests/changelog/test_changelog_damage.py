@@ -380,7 +380,15 @@ def test_a_segment_file_that_cannot_be_created_is_a_storage_error(tmp_path: Path
     with pytest.raises(StorageError, match="unusable"):
         log.commit(2)
     log.close()
-    with FileChangelog(tmp_path) as log:  # the stray file holds no commit: removed
+    # The stray file holds no commit, but no crash of the writer leaves its bytes either: it is
+    # refused, not deleted (it was deleted before the tail rule of test_changelog_tail.py).
+    stray = tmp_path / segment_name(1)
+    with pytest.raises(ChangelogCorruptionError, match=f"truncate -s 0 {stray}`") as err:
+        FileChangelog(tmp_path)
+    assert (err.value.path, err.value.position, err.value.offset) == (str(stray), 0, 1)
+    assert stray.read_bytes() == b"in the way"
+    os.truncate(stray, 0)  # the way out the message gives
+    with FileChangelog(tmp_path) as log:  # an empty last segment holds no commit: removed
         assert log.committed_end_offset == 1
         assert sorted(p.name for p in tmp_path.glob("*.log")) == [SEG0]
 

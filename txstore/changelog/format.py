@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import operator
 import os
+import shlex
 import struct
 import zlib
 from collections.abc import Sequence
@@ -240,7 +241,10 @@ class FrameReader:
         if pos >= self._limit:
             return EOF
         if not self._have(pos, HEADER_SIZE):
-            return TORN
+            # A crash leaves a prefix of what the writer wrote: TORN only if the bytes there
+            # can begin a frame header.
+            start = os.pread(self._fd, max(0, min(HEADER_SIZE, self._limit - pos)), pos)
+            return TORN if header_prefix_ok(start) else BAD_HEADER
         o = pos - self._bpos
         magic, crc, version, ftype, flags, blen, txn = HEADER.unpack_from(self._buf, o)
         if (
@@ -260,6 +264,33 @@ class FrameReader:
         mv.release()
         self.pos = pos + HEADER_SIZE + blen
         return Frame(pos, ftype, flags, txn, buf, o + HEADER_SIZE, blen, ok, version)
+
+
+def header_prefix_ok(start: bytes) -> bool:
+    """Whether ``start`` (shorter than a header: the file ends there) can be the beginning of a
+    frame header the writer wrote: a prefix of the magic, then a known version, type and flags
+    and, once all four bytes are there, a possible length. The CRC and txn id cannot be
+    checked. A crash leaves such a prefix; zeros or other bytes there are damage.
+
+    >>> header_prefix_ok(b"TXC"), header_prefix_ok(b"\\0" * 10), header_prefix_ok(b"TXCLabcd\\2\\3")
+    (True, False, False)
+    """
+    n = len(start)
+    if n >= HEADER_SIZE or not MAGIC.startswith(start[:4]):
+        return False
+    if n > 8 and start[8] not in VERSIONS:
+        return False
+    if n > 9 and start[9] not in (T_BATCH, T_MARKER):
+        return False
+    allowed = _KNOWN_FLAGS if n > 9 and start[9] == T_BATCH else 0
+    if n > 10 and start[10] & ~allowed:
+        return False
+    if n > 11 and start[11] & ~(allowed >> 8):
+        return False
+    if n >= 16:
+        (blen,) = struct.unpack_from("<I", start, 12)
+        return bool(blen >= _MIN_BODY[start[9], start[8]])
+    return True
 
 
 #: The smallest body of each (frame type, version).
@@ -426,6 +457,45 @@ def corruption(
         f"changelog corrupt: {what} in {where}; {committed}, which txstore does not drop "
         "silently. Restore the directory from a backup, or delete the changelog and rebuild it "
         "from the stores",
+        path=path,
+        position=pos,
+        offset=offset,
+    )
+
+
+def tail_damage(
+    path: str, pos: int, offset: int, what: str, committed_pos: int
+) -> ChangelogCorruptionError:
+    """A :class:`ChangelogCorruptionError` for bytes after the last complete commit (which ends
+    at byte ``committed_pos`` of the segment file ``path``) that no crash of the writing process
+    leaves: ``what`` is wrong at byte ``pos``, where the records from ``offset`` on were
+    expected. The message gives the way out for the one other cause, a power loss on a file
+    system that exposes unwritten blocks, as the exact ``truncate`` command.
+
+    >>> print(tail_damage("/log/00000000000000000000.log", 300, 12, "checksum mismatch",
+    ...                   260))  # doctest: +NORMALIZE_WHITESPACE
+    changelog damaged after its last commit: checksum mismatch in /log/00000000000000000000.log
+    at byte 300 (records from offset 12 on), after the last complete commit, which ends at byte
+    260. A crash of the writing process leaves only complete frames and the beginning of one
+    frame there, never these bytes, so they are not taken for a torn tail: they may be what is
+    left of a later commit. Restore the directory from a backup, or delete the changelog and
+    rebuild it from the stores. If the machine lost power or the operating system crashed while
+    this changelog was written, on a file system that can expose unwritten blocks as zeros or
+    garbage, these are the unsynced bytes of a commit that never returned: cut them off with
+    `truncate -s 260 /log/00000000000000000000.log` and reopen; recovery then treats them as a
+    crash
+    """
+    return ChangelogCorruptionError(
+        f"changelog damaged after its last commit: {what} in {path} at byte {pos} (records from "
+        f"offset {offset} on), after the last complete commit, which ends at byte "
+        f"{committed_pos}. A crash of the writing process leaves only complete frames and the "
+        "beginning of one frame there, never these bytes, so they are not taken for a torn "
+        "tail: they may be what is left of a later commit. Restore the directory from a backup, "
+        "or delete the changelog and rebuild it from the stores. If the machine lost power or "
+        "the operating system crashed while this changelog was written, on a file system that "
+        "can expose unwritten blocks as zeros or garbage, these are the unsynced bytes of a "
+        f"commit that never returned: cut them off with `truncate -s {committed_pos} "
+        f"{shlex.quote(path)}` and reopen; recovery then treats them as a crash",
         path=path,
         position=pos,
         offset=offset,

@@ -10,10 +10,14 @@ Invariants of a changelog directory (checked on every open):
   produces);
 * a segment whose base lies below the previous segment's end is the leftover of a merging
   compaction interrupted between its rename and its deletions, and is removed;
-* the last segment is scanned frame by frame: everything after its last complete commit is a
-  torn or uncommitted tail and is truncated, unless evidence of a later commit follows it (a
-  valid marker after a bad frame, two copies of a marker that differ): that is damage to
-  committed data and raises :class:`~txstore.errors.ChangelogCorruptionError`.
+* the last segment is scanned frame by frame: what follows its last complete commit is
+  truncated only if it is what a crash of the writing process leaves (valid frames of the
+  open transaction, then at most a prefix of one frame or of the marker pair, at the end of
+  the file). Evidence of a later commit (a valid marker after a bad frame, two copies of a
+  marker that differ) is damage to committed data, and so are bytes the writer never wrote
+  (zeros, a bad header, a complete frame whose checksum fails): both raise
+  :class:`~txstore.errors.ChangelogCorruptionError`, whose message gives the way out when a
+  power loss explains the bytes (:func:`scan_segment`).
 
 The scan never writes; the repair it calls for (:class:`LoadedLog`) is applied afterwards, by
 the writer's open or, for a task that checks all its changelogs first, by
@@ -31,13 +35,21 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from txstore.changelog.format import (
+    BATCH_FIXED,
+    BATCH_FIXED_SIZE,
+    EOF,
+    HEADER,
+    HEADER_SIZE,
     LONG_MIN,
     T_BATCH,
+    T_MARKER,
+    TORN,
     Frame,
     FrameReader,
     batch_info,
     corruption,
     frame_problem,
+    tail_damage,
 )
 from txstore.changelog.markers import (
     COPY_DAMAGED,
@@ -60,6 +72,9 @@ FORMAT_VERSIONS: Final = (1, 2)
 CLEANED_SUFFIX: Final = ".cleaned"
 _SEGMENT_RE: Final = re.compile(r"^(\d{20})\.log$")
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+#: The first six fields of a version 2 marker body: end, start, input position, max timestamp,
+#: commit time, txn start position.
+MARKER_POSITIONS: Final = struct.Struct("<qqqqqq")
 
 
 def segment_name(base: int) -> str:
@@ -294,18 +309,24 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
     """Walk every frame of a segment, checking CRCs, offsets, transaction ids and both copies
     of every commit marker; return where its committed data ends. O(file size).
 
-    What follows the last complete commit is a torn tail (the frames of a transaction whose
-    commit never completed: the file ends inside them, or inside the two copies of their
-    marker) only if nothing in it shows that it was written completely; otherwise it is damaged
-    data and :class:`~txstore.errors.ChangelogCorruptionError` is raised (naming the file, the
-    byte position of the bad frame and the first record offset it should hold):
+    What follows the last complete commit must be what a crash of the writing process leaves
+    (the process dies, the page cache keeps every byte it wrote): complete, valid frames of the
+    uncommitted transaction, then at most a prefix of one more frame or of the marker pair,
+    ending at the end of the file. That tail is returned for truncation. Anything else raises
+    :class:`~txstore.errors.ChangelogCorruptionError` naming the file, the byte position of the
+    bad frame and the first record offset it should hold:
 
-    * a bad frame (checksum, structure, offsets, transaction id) followed by a valid marker:
-      the frames before a marker were synced before the marker was written;
-    * a frame chain that breaks (bad magic or length) with a valid marker after it (the rest
-      of the file is searched);
+    * a bad frame (checksum, structure, offsets, transaction id) or a broken frame chain (bad
+      magic or length) followed by a valid marker: committed data is damaged (the frames before
+      a marker were synced before it was written);
     * a version 2 marker whose second copy differs from it (a torn pair leaves a prefix of the
-      first copy at the end of the file, never different bytes).
+      first copy at the end of the file, never different bytes);
+    * a bad frame, a broken chain or a frame cut short that cannot be a prefix of what the
+      writer wrote (:func:`_torn_frame_problem`) with no marker after it: bytes the writer never
+      wrote, so no crash left them; they may hide a later commit (zeros over the last marker
+      pair look exactly like this). The message gives the ``truncate`` command for the one
+      other cause, a power loss on a file system that exposes unwritten blocks
+      (:func:`~txstore.changelog.format.tail_damage`).
     """
     reader = FrameReader(fd, 0, limit)
     size = os.fstat(fd).st_size if limit is None else limit
@@ -315,17 +336,23 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
     committed_end = base  # the committed end offset so far
     pending_txn: int | None = None
     problem: tuple[int, int, str] | None = None  # (position, offset, what) of the first bad frame
-    torn_pair = False
+    torn_pair = torn_frame = False
     while True:
         frame = reader.next()
         if not isinstance(frame, Frame):
-            if frame == "eof":
+            if frame == EOF:
                 break
             if problem is None:
                 problem = (reader.pos, expected, frame_problem(frame))
             found = find_valid_marker(fd, problem[0] + 1, size)
             if found is not None:
                 raise corruption(seg_path, *problem, marker_pos=found)
+            if frame == TORN and problem[0] == reader.pos:  # the first bad frame: is it torn?
+                wrong = _torn_frame_problem(
+                    fd, reader.pos, size, pending_txn, expected, (committed_end, committed_pos)
+                )
+                problem = None if wrong is None else (reader.pos, expected, wrong)
+                torn_frame = wrong is None
             break
         if not frame.crc_ok:
             problem = problem or (frame.pos, expected, "checksum mismatch")
@@ -382,13 +409,55 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
         reader.pos = committed_pos
         expected = committed_end = m.end_offset
         pending_txn = None
+    if problem is not None:  # no valid marker after it, and not the prefix of a frame
+        raise tail_damage(seg_path, *problem, committed_pos)
     reason = None
     if committed_pos < size:
         if torn_pair:
             reason = "a commit whose marker pair is incomplete (torn while it was written)"
+        elif torn_frame:
+            reason = "records after the last commit marker, the last frame cut short (torn)"
         else:
-            reason = problem[2] if problem else "records after the last commit marker"
+            reason = "records after the last commit marker"
     return ScanResult(committed_pos, marker, reason)
+
+
+def _torn_frame_problem(
+    fd: int,
+    pos: int,
+    size: int,
+    pending_txn: int | None,
+    expected: int,
+    committed: tuple[int, int],
+) -> str | None:
+    """Why the frame at ``pos``, which runs past ``size`` (the end of the data), cannot be the
+    beginning of a frame the writer was writing when it was killed; None if it can.
+
+    The reader already checked what there is of its header (:func:`header_prefix_ok`); this
+    checks what the writer's state fixes: the frame belongs to the open transaction
+    (``pending_txn``), a batch starts at offset ``expected``, and a version 2 marker's fields
+    name the committed end offset and file position ``committed`` and end at ``expected``.
+    Nothing else of a torn frame can be checked (its CRC covers bytes that are not there).
+    """
+    head = os.pread(fd, max(0, min(size - pos, HEADER_SIZE + MARKER_POSITIONS.size)), pos)
+    if len(head) < HEADER_SIZE:
+        return None
+    _, _, version, ftype, _, _, txn_id = HEADER.unpack_from(head)
+    if pending_txn is not None and txn_id != pending_txn:
+        return "a frame cut short at the end of the data, of another transaction"
+    body = head[HEADER_SIZE:]
+    if ftype == T_BATCH and len(body) >= BATCH_FIXED_SIZE:
+        base_offset, count, _, _ = BATCH_FIXED.unpack_from(body)
+        if base_offset != expected or count < 1:
+            return "a record batch cut short at the end of the data, out of sequence"
+    elif ftype == T_MARKER and len(body) >= 8:
+        fields = MARKER_POSITIONS.unpack_from(body) if len(body) >= MARKER_POSITIONS.size else ()
+        end_offset = int.from_bytes(body[:8], "little", signed=True)
+        if end_offset != expected or (
+            version != 1 and fields and (fields[1], fields[5]) != committed
+        ):
+            return "a commit marker cut short at the end of the data, not matching the records"
+    return None
 
 
 __all__ = [
