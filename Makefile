@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 
 .PHONY: setup test lint typecheck pytest demo docs bench bench-full clean
 
-$(STAMP): pyproject.toml setup.py MANIFEST.in csrc/txcodecs.c csrc/txcodecs.h csrc/build_ffi.py
+$(STAMP): pyproject.toml setup.py MANIFEST.in $(wildcard csrc/*.c csrc/*.h) csrc/build_ffi.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+"; exit 1; }
 	@command -v cc >/dev/null || command -v gcc >/dev/null || { echo "error: no C compiler (install build-essential / gcc)"; exit 1; }
 	@echo "==> setting up $(VENV) (first run, or a build file changed; the next runs skip this)"
