@@ -321,10 +321,11 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
       a marker were synced before it was written);
     * a version 2 marker whose second copy differs from it (a torn pair leaves a prefix of the
       first copy at the end of the file, never different bytes);
-    * a bad frame, a broken chain or a frame cut short that cannot be a prefix of what the
-      writer wrote (:func:`_torn_frame_problem`) with no marker after it: bytes the writer never
-      wrote, so no crash left them; they may hide a later commit (zeros over the last marker
-      pair look exactly like this). The message gives the ``truncate`` command for the one
+    * a bad frame, a broken chain, a batch that skips offsets (compaction leaves gaps only in
+      committed data) or a frame cut short that cannot be a prefix of what the writer wrote
+      (:func:`_torn_frame_problem`), with no marker after it: bytes the writer never wrote, so
+      no crash left them; they may hide a later commit (zeros over the last marker pair look
+      exactly like this). The message gives the ``truncate`` command for the one
       other cause, a power loss on a file system that exposes unwritten blocks
       (:func:`~txstore.changelog.format.tail_damage`).
     """
@@ -337,6 +338,7 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
     pending_txn: int | None = None
     problem: tuple[int, int, str] | None = None  # (position, offset, what) of the first bad frame
     torn_pair = torn_frame = False
+    gap: tuple[int, int, str] | None = None  # the first batch after a commit that skips offsets
     while True:
         frame = reader.next()
         if not isinstance(frame, Frame):
@@ -368,6 +370,8 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
             ):
                 problem = problem or (frame.pos, expected, "out-of-sequence record batch")
                 continue
+            if info.base_offset != expected and gap is None:  # fine once a marker follows
+                gap = (frame.pos, expected, "a record batch that skips offsets")
             pending_txn = frame.txn_id
             expected = info.last_offset + 1
             continue
@@ -408,7 +412,8 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
         committed_pos, marker = m.commit_end_pos, m
         reader.pos = committed_pos
         expected = committed_end = m.end_offset
-        pending_txn = None
+        pending_txn = gap = None
+    problem = problem or gap  # the writer's open transaction starts at the committed end
     if problem is not None:  # no valid marker after it, and not the prefix of a frame
         raise tail_damage(seg_path, *problem, committed_pos)
     reason = None
