@@ -80,6 +80,12 @@ def _check_crash_shape(seq: int, participants: list[str], lacking: list[str]) ->
     leaves the commit in a *prefix* of them. A participant without it before one that holds
     it lost it some other way (its file was cut, zeroed or deleted): rolling the others back
     would destroy their committed data to match the damage, so recovery refuses instead.
+
+    The last participant lacking it is what a crash between changelog commits leaves, and is
+    rolled back as one. Damage over its last commit (a page of zeros over its marker pair)
+    never reaches this point: the scan of its segment refuses bytes after the last commit that
+    no crash leaves (:func:`~txstore.changelog.segments.scan_segment`) when the store is opened
+    or the task's changelogs are checked, before any plan is made.
     """
     holding = [p for p in participants if p not in lacking]
     if holding and participants.index(lacking[0]) < participants.index(holding[-1]):
