@@ -167,7 +167,7 @@ def _log_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.glob("changelog/*/*.log"))
 
 
-@pytest.mark.parametrize("kills", [10, pytest.param(30, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kills", [30, pytest.param(100, marks=pytest.mark.slow)])
 def test_sigkill_at_random_points_is_never_refused(tmp_path: Path, kills: int) -> None:
     """A child processing and committing (every 2 records) is SIGKILLed at a random moment
     once it has written to its changelogs, ``kills`` times; every reopen recovers, no refusal
