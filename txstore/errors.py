@@ -64,9 +64,12 @@ class SnapshotInvalidatedError(InvalidStateStoreError):
 
 
 class ChangelogCorruptionError(StorageError):
-    """A checksum or structure check failed inside *committed* changelog data.
+    """A checksum or structure check failed inside *committed* changelog data, or after the
+    last commit in bytes no crash leaves (zeros, a foreign header, a failed checksum: see
+    docs/changelog.md, "Recovery on open").
 
-    Never raised for a torn or uncommitted tail (that is truncated on open). ``path`` is the
+    Never raised for a torn tail a crash leaves (valid frames of the open transaction, then at
+    most the start of one frame: truncated on open). ``path`` is the
     segment file, ``position`` the byte position of the bad frame in it, ``offset`` the first
     record offset it should hold (None when unknown).
     """
