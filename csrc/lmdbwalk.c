@@ -20,6 +20,8 @@
 #define F_SUBDATA 0x02u
 #define MDB_DUPSORT 0x04u
 #define DB_FLAGS 0x7eu   /* MDB_REVERSEKEY .. MDB_REVERSEDUP */
+#define MDB_REVERSEKEY 0x02u
+#define MDB_INTEGERKEY 0x08u
 #define MAX_KEY 511u     /* MDB_MAXKEYSIZE */
 #define MAX_DEPTH 64u
 #define P_INVALID UINT64_MAX
@@ -32,10 +34,29 @@ typedef struct {
     uint64_t branch, leaf, overflow, entries, root;
 } db_rec;
 
+/* A bound a parent gives a page's keys: the key of node idx of page pg, copied into the key
+ * arena at off (len bytes); pg 0 (a meta page, never a parent) is no bound. */
+typedef struct {
+    uint64_t pg;
+    size_t off;
+    uint32_t len, idx;
+} key_bound;
+
+/* A page still to visit: its level, its keys' bounds (low <= every key < high) and the length
+ * of the key arena when it was pushed (what its ancestors' separators occupy). */
 typedef struct {
     uint64_t pgno;
     uint32_t level;
+    size_t mark;
+    key_bound low, high;
 } todo_item;
+
+/* How a database orders its keys (mdb.c's comparators that txstore's files use). */
+enum key_order {
+    ORDER_NONE = 0, /* flags this walk has no comparator for: keys not compared */
+    ORDER_MEMN = 1, /* mdb_cmp_memn: bytes as unsigned, a prefix first (the default) */
+    ORDER_LONG = 2  /* mdb_cmp_long: a native size_t (the free-page database's txnids) */
+};
 
 typedef struct {
     uint8_t rec[DBSZ];
@@ -52,6 +73,8 @@ struct txw_walker {
     uint8_t *seen;      /* last_pg + 1 bits: used by a database or listed free */
     todo_item *todo;
     size_t todo_n, todo_cap;
+    uint8_t *keys;      /* the key arena: the separators of the branch pages above the page */
+    size_t keys_n, keys_cap;
     uint64_t *free;     /* the free list, in record order (see keep_free) */
     size_t free_n, free_cap;
     uint64_t free_total;
@@ -271,13 +294,32 @@ static int32_t overflow(txw_walker *w, uint64_t ov, uint64_t dsize, int32_t db, 
     return TXW_OK;
 }
 
-static int32_t push(txw_walker *w, uint64_t pgno, uint32_t level, txw_result *out) {
+/* Push page pgno (at level) with the bounds low and high of its keys. */
+static int32_t push(txw_walker *w, uint64_t pgno, uint32_t level, const key_bound *low,
+                    const key_bound *high, txw_result *out) {
     if (grow((void **)&w->todo, &w->todo_cap, w->todo_n + 1, sizeof *w->todo) < 0)
         return fail(out, TXW_R_NOMEM);
-    w->todo[w->todo_n].pgno = pgno;
-    w->todo[w->todo_n].level = level;
-    w->todo_n++;
+    todo_item *t = &w->todo[w->todo_n++];
+    t->pgno = pgno;
+    t->level = level;
+    t->mark = 0;
+    t->low = *low;
+    t->high = *high;
     return TXW_OK;
+}
+
+/* Compare keys a (an bytes) and b (bn bytes) in the order `order` (not ORDER_NONE): below,
+ * at or above zero as a sorts before, with or after b. ORDER_LONG keys are sizeof(size_t)
+ * bytes (the caller checks). */
+static inline int cmp_keys(int order, const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
+    if (order == ORDER_LONG) {
+        size_t x, y;
+        memcpy(&x, a, sizeof x);
+        memcpy(&y, b, sizeof y);
+        return (x > y) - (x < y);
+    }
+    int c = memcmp(a, b, an < bn ? an : bn);
+    return c ? c : (an > bn) - (an < bn);
 }
 
 /* Add a named database found in a leaf of the main database: its record at rec, its name (the
@@ -296,11 +338,13 @@ static int32_t add_named(txw_walker *w, const uint8_t *rec, const uint8_t *key, 
     return TXW_OK;
 }
 
-/* The nodes of the branch (flags P_BRANCH) or leaf page in the page buffer, at `level` of
- * database db, checked: children claimed and pushed, leaf records counted in counted[3],
- * overflow runs in counted[2]. */
-static int32_t nodes(txw_walker *w, uint32_t level, uint16_t flags, int32_t db,
-                     int main_db, int free_db, uint64_t *counted, txw_result *out) {
+/* The nodes of the branch (flags P_BRANCH) or leaf page in the page buffer, reached as item,
+ * of database db, checked: children claimed and pushed with their key bounds, leaf records
+ * counted in counted[3], overflow runs in counted[2]. Keys (all of a leaf's; a branch page's
+ * from node 1 on: mdb_node_search skips node 0 of a branch page, whose key LMDB leaves empty
+ * or stale) strictly increase in `order` and lie within the item's bounds. */
+static int32_t nodes(txw_walker *w, const todo_item *item, uint16_t flags, int32_t db,
+                     int order, int main_db, int free_db, uint64_t *counted, txw_result *out) {
     const uint8_t *page = w->page;
     uint32_t psize = w->psize;
     uint32_t lower = get16(page + 12), upper = get16(page + 14);
@@ -308,6 +352,9 @@ static int32_t nodes(txw_walker *w, uint32_t level, uint16_t flags, int32_t db,
         return fail2(out, TXW_R_BOUNDS, lower, upper);
     uint32_t n = (lower - PAGEHDRSZ) >> 1;
     if (n < 1) return fail(out, TXW_R_NO_NODES);
+    size_t first_child = w->todo_n;
+    const uint8_t *prev = NULL; /* the last key checked, its size, node and offset */
+    uint32_t prev_len = 0, prev_i = 0, prev_at = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t at = get16(page + PAGEHDRSZ + 2 * i);
         if (at < upper || at + NODESZ > psize) {
@@ -318,13 +365,45 @@ static int32_t nodes(txw_walker *w, uint32_t level, uint16_t flags, int32_t db,
         uint16_t nflags = get16(page + at + 4), ksize = get16(page + at + 6);
         uint32_t end = at + NODESZ + ksize;
         if (ksize > MAX_KEY || end > psize) return fail2(out, TXW_R_KEY_SIZE, at, ksize);
+        const uint8_t *key = page + at + NODESZ;
+        if (order != ORDER_NONE && (flags != P_BRANCH || i > 0)) {
+            if (order == ORDER_LONG && ksize != sizeof(size_t))
+                return fail2(out, TXW_R_KEY_SIZE, at, ksize);
+            if (prev != NULL) {
+                if (cmp_keys(order, prev, prev_len, key, ksize) >= 0) {
+                    out->v[2] = prev_i;
+                    return fail2(out, TXW_R_KEY_ORDER, i, at);
+                }
+            } else if (item->low.pg != 0 &&
+                       cmp_keys(order, key, ksize, w->keys + item->low.off, item->low.len) < 0) {
+                out->v[2] = item->low.pg;
+                out->v[3] = item->low.idx;
+                return fail2(out, TXW_R_KEY_LOW, i, at);
+            }
+            prev = key;
+            prev_len = ksize;
+            prev_i = i;
+            prev_at = at;
+        }
         if (flags == P_BRANCH) {
             uint64_t child = (uint64_t)lo | (uint64_t)hi << 16 | (uint64_t)nflags << 32;
+            key_bound low = item->low;
+            if (i > 0 && order != ORDER_NONE) { /* separator i: child i-1's high, child i's low */
+                if (grow((void **)&w->keys, &w->keys_cap, w->keys_n + ksize, 1) < 0)
+                    return fail(out, TXW_R_NOMEM);
+                low.pg = item->pgno;
+                low.off = w->keys_n;
+                low.len = ksize;
+                low.idx = i;
+                memcpy(w->keys + w->keys_n, key, ksize);
+                w->keys_n += ksize;
+                w->todo[w->todo_n - 1].high = low;
+            }
             out->via = TXW_VIA_BRANCH;
             int32_t rc = claim(w, child, 1, out);
             if (rc) return rc;
             out->via = TXW_VIA_PAGE;
-            rc = push(w, child, level + 1, out);
+            rc = push(w, child, item->level + 1, &low, &item->high, out);
             if (rc) return rc;
             continue;
         }
@@ -343,13 +422,29 @@ static int32_t nodes(txw_walker *w, uint32_t level, uint16_t flags, int32_t db,
             if (rc) return rc;
         } else if (nflags == F_SUBDATA && main_db && dsize == DBSZ) {
             if (end + dsize > psize) return fail1(out, TXW_R_OVERRUN, at);
-            int32_t rc = add_named(w, page + end, page + at + NODESZ, ksize, out);
+            int32_t rc = add_named(w, page + end, key, ksize, out);
             if (rc) return rc;
         } else {
             return fail2(out, TXW_R_NODE_FLAGS, at, nflags);
         }
     }
+    if (prev != NULL && item->high.pg != 0 &&
+        cmp_keys(order, prev, prev_len, w->keys + item->high.off, item->high.len) >= 0) {
+        out->v[2] = item->high.pg;
+        out->v[3] = item->high.idx;
+        return fail2(out, TXW_R_KEY_HIGH, prev_i, prev_at);
+    }
+    for (size_t c = first_child; c < w->todo_n; c++) w->todo[c].mark = w->keys_n;
     return TXW_OK;
+}
+
+/* How database db (record flags `flags`) orders its keys: the free-page database by txnid
+ * (LMDB sets mdb_cmp_long for it whatever its flags say), any other by its flags: none, the
+ * default order; MDB_REVERSEKEY or MDB_INTEGERKEY (txstore opens no database so), not
+ * compared. */
+static int key_order(int32_t db, uint16_t flags) {
+    if (db == 0) return ORDER_LONG;
+    return flags & (MDB_REVERSEKEY | MDB_INTEGERKEY) ? ORDER_NONE : ORDER_MEMN;
 }
 
 /* Walk one database (number db; its record rec). */
@@ -375,12 +470,15 @@ static int32_t walk_db(txw_walker *w, const db_rec *rec, int32_t db, txw_result 
     if (rc) return rc;
     out->via = TXW_VIA_PAGE;
     w->todo_n = 0;
-    rc = push(w, rec->root, 1, out);
+    key_bound none = {0, 0, 0, 0};
+    rc = push(w, rec->root, 1, &none, &none, out);
     if (rc) return rc;
+    int order = key_order(db, rec->flags);
     while (w->todo_n > 0) {
         todo_item item = w->todo[--w->todo_n];
         uint64_t pgno = item.pgno;
         uint32_t level = item.level;
+        w->keys_n = item.mark; /* what lies above belongs to subtrees walked already */
         out->where = pgno;
         rc = read_page(w, w->page, pgno, w->psize, out);
         if (rc) return rc;
@@ -402,7 +500,7 @@ static int32_t walk_db(txw_walker *w, const db_rec *rec, int32_t db, txw_result 
         } else {
             return fail1(out, TXW_R_PAGE_FLAGS, flags);
         }
-        rc = nodes(w, level, flags, db, main_db, free_db, counted, out);
+        rc = nodes(w, &item, flags, db, order, main_db, free_db, counted, out);
         if (rc) return rc;
     }
     w->entries += counted[3];
@@ -496,6 +594,7 @@ void txw_free(txw_walker *w) {
     free(w->aux);
     free(w->seen);
     free(w->todo);
+    free(w->keys);
     free(w->free);
     free(w->named);
     free(w->names);

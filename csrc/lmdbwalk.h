@@ -58,7 +58,10 @@ enum txw_reason {
     TXW_R_LAST_PG = 29,      /* v0 mm_last_pg, v1 complete pages in the file */
     TXW_R_IO = 30,           /* errno in the result's error field */
     TXW_R_NOMEM = 31,        /* an allocation failed */
-    TXW_R_ARGUMENT = 32      /* a NULL or too short argument */
+    TXW_R_ARGUMENT = 32,     /* a NULL or too short argument */
+    TXW_R_KEY_ORDER = 33,    /* v0 node, v1 its offset, v2 the node before it */
+    TXW_R_KEY_LOW = 34,      /* v0 node, v1 its offset; v2 page, v3 node of the lower bound */
+    TXW_R_KEY_HIGH = 35      /* v0 node, v1 its offset; v2 page, v3 node of the upper bound */
 };
 
 /* How the page a reason names was reached (the context its message gives). */

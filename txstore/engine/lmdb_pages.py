@@ -119,6 +119,12 @@ _MESSAGES: Final = {
     27: "page {v0} is neither used by a database nor listed free (lost)",
     28: "meta page {pick} names an impossible page size {v0}",
     29: "meta page {pick} names last page {v0}, far past the file's end",
+    33: "{where} has keys out of order: the key of node {v0} (offset {v1}) is not above the "
+    "key of node {v2}",
+    34: "{where} has keys out of order: the key of node {v0} (offset {v1}) is below the key "
+    "of node {v3} of page {v2}, the lower bound its parent gives it",
+    35: "{where} has keys out of order: the key of node {v0} (offset {v1}) is not below the "
+    "key of node {v3} of page {v2}, the upper bound its parent gives it",
 }
 
 
