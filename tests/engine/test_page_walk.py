@@ -545,3 +545,197 @@ def test_the_walk_does_not_hold_the_file_in_memory(tmp_path: Path) -> None:
     walked, grown = map(int, done.stdout.split())
     assert walked > 60 << 20
     assert grown < 4 << 20, f"the walk's peak memory grew by {grown} bytes"
+
+
+# ---- key order: within every page, and within the bounds its parent gives it ----------------
+
+
+def _page(data: Path, pgno: int) -> bytes:
+    with open(data, "rb") as f:
+        f.seek(pgno * PSIZE)
+        return f.read(PSIZE)
+
+
+def _set_byte(data: Path, offset: int, value: int) -> None:
+    with open(data, "r+b") as f:
+        f.seek(offset)
+        f.write(bytes([value]))
+
+
+def _wide(healthy: Path) -> tuple[int, list[int], list[int]]:
+    """The root, branch and leaf pages of 'wide' (3 levels: root, branches, leaves)."""
+    kinds = page_kinds(healthy / "data.mdb")
+    (root,) = [p for p, k in kinds.items() if k == ("root", "database 'wide'")]
+    branches = sorted(p for p, k in kinds.items() if k == ("branch", "database 'wide'"))
+    leaves = sorted(p for p, k in kinds.items() if k == ("leaf", "database 'wide'"))
+    return root, branches, leaves
+
+
+def test_a_key_flipped_out_of_order_within_a_leaf_is_named(healthy: Path, tmp_path: Path) -> None:
+    """A digit of a middle key of a leaf of 'wide' (keys ``%0200d``) becomes '9' high up: the
+    key now sorts after its right neighbour in the same page. LMDB would serve the row under
+    the new key (its binary search lands anywhere); the walk names the page and the nodes."""
+    _root, _branches, leaves = _wide(healthy)
+    pgno = leaves[len(leaves) // 2]
+    data = _copy(healthy, tmp_path / "env")
+    nodes = _nodes(_page(data, pgno))
+    index = len(nodes) // 2
+    at, key, _ = nodes[index]
+    assert key[190:191] == b"0" and len(nodes) > index + 1
+    _set_byte(data, pgno * PSIZE + at + 8 + 190, ord("9"))
+    with pytest.raises(DamagedFileError) as info:
+        walk_data_file(data)
+    assert str(info.value).startswith(f"damaged file '{data}': page {pgno} of database 'wide' "
+                                      f"has keys out of order: the key of node {index + 1} "
+                                      f"(offset {nodes[index + 1][0]}) is not above the key of "
+                                      f"node {index}")  # fmt: skip
+    assert info.value.path == str(data)
+
+
+def _parent_and_slot(data: Path, branches: list[int], child: int) -> tuple[int, int]:
+    for b in branches:
+        for i, (_at, _key, pointer) in enumerate(_nodes(_page(data, b))):
+            if pointer == child:
+                return b, i
+    raise AssertionError(f"no branch page of 'wide' points at page {child}")
+
+
+def test_the_last_key_of_a_leaf_past_its_parents_next_separator_is_caught_by_the_bounds(
+    healthy: Path, tmp_path: Path
+) -> None:
+    """The last key of a leaf grows past everything: still the largest key of its own page
+    (in order there), but not below the separator its parent keeps for the next leaf."""
+    _root, branches, leaves = _wide(healthy)
+    data = _copy(healthy, tmp_path / "env")
+    pgno = leaves[3]
+    parent, slot = _parent_and_slot(data, branches, pgno)
+    siblings = _nodes(_page(data, parent))
+    assert slot + 1 < len(siblings), "the chosen leaf is the last child of its parent"
+    nodes = _nodes(_page(data, pgno))
+    at, key, _ = nodes[-1]
+    assert key[190:191] == b"0"
+    _set_byte(data, pgno * PSIZE + at + 8 + 190, ord("9"))
+    with pytest.raises(DamagedFileError) as info:
+        walk_data_file(data)
+    assert (f"page {pgno} of database 'wide' has keys out of order: the key of node "
+            f"{len(nodes) - 1} (offset {at}) is not below the key of node {slot + 1} of page "
+            f"{parent}, the upper bound its parent gives it") in str(info.value)  # fmt: skip
+
+
+def test_a_flipped_separator_of_a_branch_page_is_caught(healthy: Path, tmp_path: Path) -> None:
+    """Two flips of one separator key of a branch page of 'wide': grown past the next separator
+    (out of order in the branch page itself); lowered to the last key of the child before it,
+    still above the separator before (in order in the branch page), so that child's last key is
+    no longer below its upper bound: the child is named, with the separator's page and node."""
+    _root, branches, _leaves = _wide(healthy)
+    branch = branches[0]
+    seps = _nodes(_page(healthy / "data.mdb", branch))
+    assert len(seps) >= 4
+    data = _copy(healthy, tmp_path / "up")
+    at, key, _ = seps[2]
+    _set_byte(data, branch * PSIZE + at + 8 + 190, key[190] + 5)
+    with pytest.raises(DamagedFileError, match=rf"page {branch} of database 'wide' has keys out "
+                       rf"of order: the key of node 3 \(offset {seps[3][0]}\) is not above the "
+                       rf"key of node 2"):  # fmt: skip
+        walk_data_file(data)
+    # Lower separator 2 into child 1's range: a one-byte change of its last digits that keeps
+    # it above separator 1 but makes it at most the last key of child 1.
+    child = seps[1][2]
+    last = _nodes(_page(healthy / "data.mdb", child))[-1][1]
+    candidates = [
+        (pos, digit)
+        for pos in range(180, 200)
+        for digit in b"0123456789"
+        if seps[1][1] < key[:pos] + bytes([digit]) + key[pos + 1 :] <= last
+    ]
+    assert candidates, "no one-byte change lowers separator 2 into child 1's keys"
+    pos, digit = candidates[0]
+    data = _copy(healthy, tmp_path / "down")
+    _set_byte(data, branch * PSIZE + at + 8 + pos, digit)
+    with pytest.raises(DamagedFileError, match=rf"page {child} of database 'wide' has keys out of "
+                       rf"order: the key of node \d+ \(offset \d+\) is not below the key of node "
+                       rf"2 of page {branch}, the upper bound its parent gives it"):  # fmt: skip
+        walk_data_file(data)
+
+
+def test_a_flipped_key_that_keeps_every_order_is_not_caught(healthy: Path, tmp_path: Path) -> None:
+    """The limit of the check, pinned: the last byte of a leaf key ``...x9`` whose right
+    neighbour is ``...(x+1)0`` flipped to 0xb9 (one bit) still sorts between its neighbours.
+    Every page is in order, the walk passes, and LMDB serves the row under a key that was never
+    written (LMDB keeps no checksums; ``txstore check --deep`` compares rows with the
+    changelog)."""
+    _root, _branches, leaves = _wide(healthy)
+    for pgno in leaves:
+        nodes = _nodes(_page(healthy / "data.mdb", pgno))
+        for i in range(1, len(nodes) - 1):
+            key = nodes[i][1]
+            flipped = key[:-1] + bytes([key[-1] ^ 0x80])
+            if nodes[i - 1][1] < flipped < nodes[i + 1][1]:
+                break
+        else:
+            continue
+        break
+    else:
+        pytest.fail("no leaf key of 'wide' can be flipped in order")
+    data = _copy(healthy, tmp_path / "env")
+    at = nodes[i][0]
+    _set_byte(data, pgno * PSIZE + at + 8 + len(key) - 1, flipped[-1])
+    walk = walk_data_file(data)
+    assert walk.pages > 0
+    env = lmdb.open(str(data.parent), readonly=True, max_dbs=8, lock=False)
+    try:
+        with env.begin(db=env.open_db(b"wide", create=False)) as txn:
+            assert txn.get(key) is None and txn.get(flipped) is not None
+    finally:
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2,000 write transactions while a reader holds an old snapshot: no freed page can be
+    reused, so the free-page database keeps one record per transaction, in two levels. Its
+    keys are txnids as native integers, past 255: a memcmp of their little-endian bytes would
+    put 256 before 255, so a walk comparing them so would refuse this healthy file."""
+    path = tmp_path_factory.mktemp("busy") / "env"
+    env = lmdb.open(str(path), map_size=1 << 30, max_dbs=2, sync=False)
+    try:
+        db = env.open_db(b"rows")
+        with env.begin(write=True) as txn:
+            for i in range(2000):
+                txn.put(b"r%05d" % i, bytes(40), db=db)
+        reader = env.begin()
+        try:
+            for t in range(2000):
+                with env.begin(write=True) as txn:
+                    txn.put(b"r%05d" % (t * 7 % 2000), bytes([t % 251]) * 40, db=db)
+        finally:
+            reader.abort()
+    finally:
+        env.close()
+    return path
+
+
+def test_the_free_page_database_of_a_busy_file_walks_in_txnid_order(busy: Path) -> None:
+    kinds = page_kinds(busy / "data.mdb")
+    leaves = [p for p, k in kinds.items() if k == ("leaf", "the free-page database")]
+    assert len(leaves) >= 10  # below a branch root: the leaves get bounds from it
+    walk = walk_data_file(busy / "data.mdb")
+    assert walk.free_pages > 2000
+
+
+def test_a_free_page_record_key_out_of_order_is_caught(busy: Path, tmp_path: Path) -> None:
+    """The high byte of a txnid key in a leaf of the free-page database set: in LMDB's integer
+    order (``mdb_cmp_long``) it now sorts after its neighbours; LMDB would hand the pages of
+    that record out again at the wrong time."""
+    kinds = page_kinds(busy / "data.mdb")
+    leaves = sorted(p for p, k in kinds.items() if k == ("leaf", "the free-page database"))
+    pgno = leaves[len(leaves) // 2]
+    data = _copy(busy, tmp_path / "env")
+    nodes = _nodes(_page(data, pgno))
+    at, key, _ = nodes[1]
+    assert len(key) == 8 and key[7] == 0
+    _set_byte(data, pgno * PSIZE + at + 8 + 7, 0x01)
+    with pytest.raises(DamagedFileError, match=rf"page {pgno} of the free-page database has keys "
+                       rf"out of order: the key of node 2 \(offset {nodes[2][0]}\) is not above "
+                       rf"the key of node 1"):  # fmt: skip
+        walk_data_file(data)
