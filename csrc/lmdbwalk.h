@@ -14,8 +14,9 @@
  * lines dropped, the rest given to ffi.cdef()): plain declarations only.
  *
  * Memory: a bitmap of mm_last_pg + 1 bits (pages seen), one page buffer, a stack of the pages
- * still to visit (each page enters it at most once), the free list and the named databases'
- * records: never the file. Every read goes through a buffer the walker owns and is bounded by
+ * still to visit (each page enters it at most once, with the bounds of its keys), an arena of
+ * the separator keys of the branch pages above the page being read (at most md_depth pages'
+ * worth), the free list and the named databases' records: never the file. Every read goes through a buffer the walker owns and is bounded by
  * its size; every offset inside a page is checked against the page size before it is read.
  */
 #ifndef LMDBWALK_H

@@ -2,8 +2,9 @@
 
 Writes an LMDB file with py-lmdb (three named databases of 16-byte keys and 100-byte values,
 every 200th value 6 KiB: overflow pages), then times, alternately, ``walk_data_file`` (every
-page the newest snapshot uses, read with pread and checked by the C walk of csrc/lmdbwalk.c,
-the meta pages and the confirmation logic in Python) and a raw py-lmdb full scan of the same
+page the newest snapshot uses, read with pread and checked by the C walk of csrc/lmdbwalk.c:
+headers, nodes, key order within each page and within its parent's bounds; the meta pages and
+the confirmation logic in Python) and a raw py-lmdb full scan of the same
 file (one read transaction, ``iternext`` over every database, keys and values). The file is in
 the page cache for both (written just before; each round reads it again). Both are printed side
 by side, with the ratio of their times.

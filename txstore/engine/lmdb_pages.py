@@ -27,20 +27,30 @@ page 0 on a tie): the main database, the free-page database, every named databas
   ``md_leaf_pages``, ``md_overflow_pages``, leaf nodes equal ``md_entries`` (exact: txstore
   never creates ``MDB_DUPSORT`` databases, and a record flagged so is refused); an empty
   database (``md_root`` = ``P_INVALID``) has depth 0 and no pages;
+* key order: in every branch and leaf page the keys strictly increase under the database's
+  comparator, and lie within the bounds the separators of the branch pages above give them
+  (child ``i`` of a branch page: every key at least separator ``i``, for ``i > 0``, and below
+  separator ``i + 1``; node 0 of a branch page has no key: ``mdb_node_search`` starts a branch
+  page at node 1). The comparators are the two txstore's files use: ``mdb_cmp_memn`` (bytes
+  unsigned, a prefix first: a database without key flags; txstore opens none with
+  ``integerkey`` or ``reverse_key``) and ``mdb_cmp_long`` (a native ``size_t``: the free-page
+  database, keyed by txnid, whose keys must be that size). A database flagged
+  ``MDB_REVERSEKEY`` or ``MDB_INTEGERKEY`` has its keys' sizes checked but not their order;
 * the whole file: "each non-metapage up to ``mm_last_pg`` is reachable exactly once in the
   snapshot: either used by a database or listed in a freeDB record" (``mdb.c``): a page reached
   twice, or neither used nor free, is damage.
 
 Not walked: files in LMDB 1.0's format (py-lmdb 3's ``lib_version=1``; txstore creates the 0.9
 format), whose node layout differs beyond the page header; the pre-map check still covers them.
-Not checked: key order within a page and the bytes of keys and values (LMDB has no checksums;
-a flipped byte inside a value is read back as it is; the store's decoders and
-``txstore check --deep`` look at those).
+Not checked: the bytes of values, and keys beyond their order (LMDB has no checksums: a flipped
+byte inside a value, or inside a key that still sorts between its neighbours, is read back as
+it is; the store's decoders and ``txstore check --deep`` look at those).
 
 The walk itself is C (``csrc/lmdbwalk.c``, in the ``txstore._codecs`` extension): it reads
 the pages with ``pread`` on the descriptor opened here, through page-sized buffers it owns,
 and keeps a bitmap of ``mm_last_pg + 1`` bits (pages seen), the stack of pages still to visit
-and the free list, never the file. It stops at the first fault with a reason code, the
+(each with its key bounds), the separators of the branch pages above the page being read and
+the free list, never the file. It stops at the first fault with a reason code, the
 database and page concerned and the numbers to name; this module reads the meta pages, picks
 the one to walk and turns the C result into the :class:`~txstore.errors.DamagedFileError`
 text (``_MESSAGES``). A failed read (``EIO``) is a :class:`~txstore.errors.StorageError`
@@ -51,7 +61,8 @@ a verdict of damage is confirmed by a second walk after the newest meta was read
 raised only if the same transaction gives the same verdict.
 
 Cost: one ``pread`` per branch or leaf page and one 16-byte ``pread`` per overflow run (more
-for the free-page database's overflowing records), and a C loop over the nodes of every page;
+for the free-page database's overflowing records), and a C loop over the nodes of every page
+(one key comparison a node);
 see docs/engine.md ("A damaged B-tree page") for the rates.
 """
 
