@@ -30,28 +30,15 @@ import pytest
 from tests._children import ROOT
 from tests._children import run_child as _run
 from tests._task_child import model, open_task, process, state
+from tests.runtime.test_task_damage import last_segment, snapshot
 from txstore import Serdes, Stores
 from txstore.changelog.markers import read_last_marker
-from txstore.engine.writer_lock import CLEAN_CLOSE
 from txstore.errors import ChangelogCorruptionError, TaskCorruptedError
 from txstore.runtime.task import Task
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 PAGE = 4096
-
-
-def snapshot(path: Path) -> dict[str, bytes]:
-    """Every file of the partition but locks and the clean-close marker."""
-    return {
-        str(p.relative_to(path)): p.read_bytes()
-        for p in sorted(path.rglob("*"))
-        if p.is_file() and not p.name.endswith(".lock") and p.name not in ("lock.mdb", CLEAN_CLOSE)
-    }
-
-
-def last_segment(path: Path, store: str) -> Path:
-    return sorted((path / "changelog" / store).glob("*.log"))[-1]
 
 
 def zero_last_pair(path: Path, store: str, start: str) -> Path:
