@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from txstore import codecs
-from txstore.bytestores.adapters import UPGRADE_ORDER
+from txstore.bytestores.adapters import ADAPTERS, UPGRADE_ORDER
 from txstore.bytestores.segment_reads import read_all
 from txstore.bytestores.upgrade import UpgradingBytesKeyValueStore
 from txstore.changelog.log import FileChangelog
@@ -326,11 +326,14 @@ class _Store:
     # -- comparing ----------------------------------------------------------------------------
 
     def older_formats(self, fmt: ValueFormat) -> tuple[ValueFormat, ...]:
-        """The formats a row stored in ``fmt`` may have been converted from by an upgrade."""
+        """The formats a row stored in ``fmt`` may have been converted from by an upgrade:
+        the older ones of its kind with an adapter to ``fmt`` (a timestamped session store
+        has no upgrade from ``PLAIN_HEADERS``, nor the other way round)."""
         if self.kind == "key_value" and not self.upgraded_kv:
             return ()
         order = UPGRADE_ORDER[self.kind]
-        return order[: order.index(fmt)] if fmt in order else ()
+        older = order[: order.index(fmt)] if fmt in order else ()
+        return tuple(old for old in older if (self.kind, old, fmt) in ADAPTERS)
 
     def matches(self, found: bytes, fmt: ValueFormat, rec: Record) -> int:
         """0: ``found`` is the record in ``fmt``; 1: it is its upgrade conversion from an
