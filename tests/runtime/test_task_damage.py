@@ -18,6 +18,7 @@ import pytest
 
 from tests._children import run_child as _run
 from tests._task_child import model, open_task, process, state
+from txstore import faults
 from txstore.changelog.coordination import commit_metadata
 from txstore.changelog.log import FileChangelog
 from txstore.changelog.markers import marker_pair_size, read_last_marker
@@ -227,3 +228,72 @@ def test_the_last_changelog_lacking_the_commit_is_a_crash_between_commits(tmp_pa
         report = task.initialize()
         assert sorted(report.rolled_back) == ["counts", "latest"]
         assert task.input_position == 20 and state(task) == model(20)
+
+
+def _last_commit(path: Path, store: str) -> tuple[Path, int, int]:
+    """The last segment of ``store``'s changelog, where its last commit's records start and
+    where its marker pair starts."""
+    seg = last_segment(path, store)
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        marker = read_last_marker(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    assert marker is not None and marker.txn_start_pos >= 0
+    return seg, marker.txn_start_pos, marker.pos
+
+
+@pytest.mark.parametrize("where", ["inside its records", "one byte into its marker"])
+def test_the_last_changelog_cut_inside_a_complete_commit_is_damage(
+    tmp_path: Path, where: str
+) -> None:
+    """crashtest --damage found it: after every changelog committed task commit 3, the last
+    changelog in commit order ('tagged') was cut inside that commit. Its records of the
+    commit were synced before the first marker (Task.commit syncs every participant's records
+    first, and the markers record where each participant's records end), so a crash leaves
+    them all; a cut that loses some is damage: TaskCorruptedError, and no file changes."""
+    assert _run("_task_child.py", tmp_path, 30, 10, "task.after_changelog_commit=3") != 0
+    seg, records, marker = _last_commit(tmp_path, "tagged")
+    cut = (records + marker) // 2 if where == "inside its records" else marker + 1
+    os.truncate(seg, cut)
+    before = snapshot(tmp_path)
+    if where == "inside its records":
+        match = "store 'tagged' lacks task commit 3 and holds its records only up to"
+        with pytest.raises(TaskCorruptedError, match=match), open_task(str(tmp_path)) as task:
+            task.initialize()
+        assert snapshot(tmp_path) == before
+        return
+    # Every record is there and only the marker is cut: what a crash while 'tagged' wrote its
+    # marker leaves, so recovery rolls commit 3 back everywhere (a cut there is not told
+    # from that crash).
+    with open_task(str(tmp_path)) as task:
+        report = task.initialize()
+        assert task.input_position == 20 and task.commit_sequence == 2
+        assert report.rolled_back == {"counts": 10, "latest": 10}
+        assert state(task) == model(20)
+
+
+def test_a_task_closed_after_a_failed_commit_recovers_the_commit_as_a_crash(
+    tmp_path: Path,
+) -> None:
+    """Closing a task after a commit failed between its changelog commits cuts the open
+    transaction of the changelogs that lack the marker: nothing after their last commit,
+    which recovery rolls back as a crash (it is not damage)."""
+    with open_task(str(tmp_path)) as task:
+        task.initialize()
+        for i in range(20):
+            process(task, i)
+            if i % 10 == 9:
+                task.commit(i + 1)
+        for i in range(20, 30):
+            process(task, i)
+        faults.arm("task.between_changelog_commits", 1, "raise")
+        try:
+            with pytest.raises(faults.InjectedFault):
+                task.commit(30)
+        finally:
+            faults.disarm("task.between_changelog_commits")
+    with open_task(str(tmp_path)) as task:
+        report = task.initialize()
+        assert task.input_position == 20 and report.rolled_back == {"counts": 10}
+        assert state(task) == model(20)

@@ -22,9 +22,17 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from txstore.changelog.history import CommitRecord
+from txstore.changelog.segments import LoadedLog
 from txstore.errors import StorageError, TaskCorruptedError
 
-__all__ = ["MAX_UNDONE", "CommitSource", "RecoveryPlan", "commit_metadata", "plan_recovery"]
+__all__ = [
+    "MAX_UNDONE",
+    "CommitSource",
+    "RecoveryPlan",
+    "commit_metadata",
+    "plan_recovery",
+    "read_commit_ends",
+]
 
 #: Most commits recovery undoes in one changelog. One is what a crash inside a task commit
 #: leaves; two is what a task commit retried after a failure could leave with changelog format
@@ -33,9 +41,14 @@ __all__ = ["MAX_UNDONE", "CommitSource", "RecoveryPlan", "commit_metadata", "pla
 MAX_UNDONE: Final = 2
 
 
-def commit_metadata(seq: int, stores: list[str]) -> bytes:
-    """The marker metadata of task commit ``seq`` of ``stores``: ``{"seq":n,"stores":[...]}``."""
-    return json.dumps({"seq": seq, "stores": stores}, separators=(",", ":")).encode()
+def commit_metadata(seq: int, stores: list[str], ends: Mapping[str, int] | None = None) -> bytes:
+    """The marker metadata of task commit ``seq`` of ``stores``: ``{"seq":n,"stores":[...]}``,
+    and with ``ends`` ``"ends":{store: end offset}``: where each participant's records of the
+    commit end (synced in every participant before the first marker is written)."""
+    doc: dict[str, object] = {"seq": seq, "stores": stores}
+    if ends is not None:
+        doc["ends"] = dict(ends)
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def read_commit_metadata(blob: bytes) -> tuple[int, list[str]]:
@@ -49,11 +62,26 @@ def read_commit_metadata(blob: bytes) -> tuple[int, list[str]]:
         raise StorageError(f"unreadable task commit metadata {blob[:80]!r}") from exc
 
 
+def read_commit_ends(blob: bytes) -> dict[str, int]:
+    """The participants' end offsets a marker's metadata records (empty: none recorded, as
+    in markers written before they were)."""
+    if not blob:
+        return {}
+    try:
+        ends = json.loads(blob).get("ends") or {}
+        return {str(k): int(v) for k, v in ends.items()}
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise StorageError(f"unreadable task commit metadata {blob[:80]!r}") from exc
+
+
 class CommitSource(Protocol):
     """What planning needs of a changelog (a :class:`~txstore.changelog.log.FileChangelog`)."""
 
     @property
     def committed_end_offset(self) -> int: ...
+
+    @property
+    def recovered(self) -> LoadedLog | None: ...
 
     def recent_commits(self, n: int = 1) -> list[CommitRecord]: ...
 
@@ -98,6 +126,41 @@ def _check_crash_shape(seq: int, participants: list[str], lacking: list[str]) ->
         )
 
 
+def _check_records_kept(
+    seq: int, lacking: list[str], ends: Mapping[str, int], logs: Mapping[str, CommitSource]
+) -> None:
+    """Refuse an incomplete task commit whose records a participant lacking it lost.
+
+    A task syncs every participant's records of a commit before it writes the first commit
+    marker (:meth:`~txstore.changelog.log.FileChangelog.sync_records`), and the markers record
+    where each participant's records end (``ends``). So a crash between the changelog commits
+    leaves every participant without the marker holding all its records, up to its end; one
+    whose records stop short lost synced data (its file was cut or damaged), and rolling the
+    others back would destroy their committed data to match. One exception: nothing at all
+    after its last commit is what closing or aborting the task after the failed commit leaves
+    (the changelog cuts its open transaction); a cut exactly there is not told from it. Markers
+    written before the ends were recorded are not checked."""
+    for name in lacking:
+        end = ends.get(name)
+        log = logs.get(name)
+        loaded = log.recovered if log is not None else None
+        if end is None or log is None or loaded is None or loaded.tail_end_offset is None:
+            continue
+        kept = loaded.tail_end_offset
+        if kept >= end:
+            continue  # a crash before its marker: every record is there
+        if kept == log.committed_end_offset and loaded.truncated_bytes == 0:
+            continue  # nothing after its last commit: the task closed after the failed commit
+        raise TaskCorruptedError(
+            f"the changelog of store {name!r} lacks task commit {seq} and holds its records "
+            f"only up to offset {loaded.tail_end_offset}, but they reached offset {end} and "
+            "were synced before any changelog committed it (the changelogs that hold the "
+            "commit say so): a crash does not lose them, so that changelog lost synced "
+            "data (damaged or truncated files); nothing was changed. Restore that changelog "
+            "from a copy, or delete that store's changelog and data to rebuild it"
+        )
+
+
 def plan_recovery(logs: Mapping[str, CommitSource]) -> RecoveryPlan:
     """Plan the recovery of the changelogs ``logs`` (by store name) of one task. Reads only.
 
@@ -137,6 +200,9 @@ def plan_recovery(logs: Mapping[str, CommitSource]) -> RecoveryPlan:
         if not lacking:
             break
         _check_crash_shape(latest, participants, lacking)
+        if plan.incomplete is None:
+            holder = next(h for n, h in heads.items() if h is not None and meta[n][0] == latest)
+            _check_records_kept(latest, lacking, read_commit_ends(holder.metadata), logs)
         plan.incomplete = latest if plan.incomplete is None else plan.incomplete
         plan.lacking = plan.lacking or lacking
         for name, (seq, _) in meta.items():

@@ -188,6 +188,9 @@ class LoadedLog:
     truncated_bytes: int = 0
     removed_files: list[str] = field(default_factory=list)
     tail_reason: str | None = None
+    #: The offset after the last complete record batch after the last commit (before the
+    #: repair cuts them): how far an uncommitted transaction's records reach.
+    tail_end_offset: int | None = None
     truncate: tuple[str, int] | None = None
     temporaries: list[str] = field(default_factory=list)
     repaired: bool = False
@@ -276,6 +279,7 @@ def _load_last(base: int, seg_path: str, loaded: LoadedLog) -> None:
     try:
         size = os.fstat(fd).st_size
         scan = scan_segment(fd, seg_path, base)
+        loaded.tail_end_offset = scan.tail_end
         if scan.marker is None:
             # No commit in it: a transaction that never committed (its records are the
             # segment's only content, since a transaction never spans segments).
@@ -303,6 +307,9 @@ class ScanResult:
     committed_pos: int
     marker: Marker | None
     reason: str | None  # why the bytes after committed_pos are not committed
+    #: The offset after the last complete record batch of the uncommitted tail (the committed
+    #: end offset when the tail holds none).
+    tail_end: int = 0
 
 
 def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) -> ScanResult:
@@ -424,7 +431,7 @@ def scan_segment(fd: int, seg_path: str, base: int, limit: int | None = None) ->
             reason = "records after the last commit marker, the last frame cut short (torn)"
         else:
             reason = "records after the last commit marker"
-    return ScanResult(committed_pos, marker, reason)
+    return ScanResult(committed_pos, marker, reason, expected)
 
 
 def _torn_frame_problem(

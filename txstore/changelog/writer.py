@@ -83,6 +83,9 @@ class TransactionWriter:
     _state_lock: threading.Lock
     _meta: dict[str, object]
     _recovered: LoadedLog | None
+    #: The byte position up to which :meth:`sync_records` synced the open transaction's
+    #: records (-1: not since the last write), so that :meth:`commit` does not sync them again.
+    _synced_pos: int = -1
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -307,6 +310,7 @@ class TransactionWriter:
             seg.size = self._written_pos = self._committed_pos = len(last)
 
     def _write(self, parts: list[bytes]) -> None:
+        self._synced_pos = -1
         total = sum(map(len, parts))
         try:
             written = os.writev(self._fd, parts)
@@ -343,6 +347,22 @@ class TransactionWriter:
             "the log must be reopened"
         ) from exc
 
+    def sync_records(self) -> None:
+        """Write the open transaction's buffered records and sync them, without committing:
+        the first half of :meth:`commit`, which then does not sync them again. A task calls it
+        on every changelog of a commit before it writes the first commit marker, so a
+        participant that lacks the marker after a crash still holds every record of the
+        commit (:func:`~txstore.changelog.coordination.plan_recovery` tells lost records from a
+        crash by that). Cost: the buffered records plus one sync (none without ``fsync``)."""
+        self._check_writable()
+        self._flush()
+        try:
+            if self.fsync and self._written_pos > self._committed_pos:
+                os.fdatasync(self._fd)
+        except OSError as exc:
+            self._fail(exc)
+        self._synced_pos = self._written_pos
+
     def commit(self, input_position: int, metadata: bytes = b"") -> CommitInfo:
         """Write the open transaction's records and a commit marker carrying
         ``input_position`` (and ``metadata``), and sync: the records are then committed and
@@ -371,7 +391,7 @@ class TransactionWriter:
         now_ms = time.time_ns() // 1_000_000
         max_ts = max(seg.max_timestamp, self._txn_max_ts)
         try:
-            if wrote_records and self.fsync:
+            if wrote_records and self.fsync and self._synced_pos != self._written_pos:
                 os.fdatasync(self._fd)
         except OSError as exc:
             self._fail(exc)

@@ -445,9 +445,16 @@ class Task:
         todo = [e for e in entries if e.name not in done]
         for entry in todo:  # refused before anything is written
             entry.log.check_writable()
-        metadata = commit_metadata(seq, names)
+        # Where each participant's records of this commit end: the same on a retry (nothing
+        # was appended since, see _check_resumable), so every marker of it says the same.
+        metadata = commit_metadata(seq, names, {e.name: e.log.end_offset for e in entries})
         try:
             faults.point("task.before_changelog_commit")
+            # Every participant's records are synced before the first marker: a crash between
+            # the markers then leaves them all, and recovery tells a participant that lost
+            # them (damage) from one that only lacks its marker (a crash).
+            for entry in todo:
+                entry.log.sync_records()
             for i, entry in enumerate(todo):
                 entry.log.commit(position, metadata)
                 if i < len(todo) - 1:
