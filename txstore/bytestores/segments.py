@@ -43,6 +43,7 @@ from typing import Any, Final
 
 from txstore import faults
 from txstore.bytestores.schemas import KeySchema
+from txstore.bytestores.segment_check import check_segment_keys
 from txstore.bytestores.segment_reads import (
     INT_MAX,
     SMALL_READ_LIMIT,
@@ -170,6 +171,7 @@ class SegmentedBytesStore(SegmentedReads):
         self._pending_drops: list[int] = []
         self._live: dict[int, Segment] = {}
         self._reset()
+        check_segment_keys(self, list(self._live))  # after a crash: keys against their segments
         p.attach(name, self)
         self.is_open = True
         self._alive.append(True)
