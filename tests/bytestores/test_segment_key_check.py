@@ -22,6 +22,7 @@ from tests.runtime.test_check_deep import SESSION_STORES, WINDOW_STORES, make_ta
 from txstore.bytestores import segment_check
 from txstore.engine.writer_lock import CLEAN_CLOSE
 from txstore.errors import DamagedFileError
+from txstore.runtime import admin
 from txstore.runtime.task import Task
 
 _Q = struct.Struct(">q")
@@ -267,3 +268,17 @@ def test_a_clean_open_checks_nothing(healthy: Path, tmp_path: Path) -> None:
     with open_task(path) as task:
         assert task.db.partition.page_walk is None
         assert task.db.partition not in segment_check._checked
+
+
+def test_txstore_dump_of_a_walked_partition_checks_the_keys(healthy: Path, tmp_path: Path) -> None:
+    """``dump`` (and the Spark reader, through the same catalog view) opens the partition
+    read-only: after a crash, with no writer alive, it walks and the store checks its keys."""
+    path = tmp_path / "app" / "0"
+    shutil.copytree(healthy, path)
+    db, key = first_key(path, "ses_plain")
+    bad = flip(key, -16 + 2, 0xA6)
+    rewrite_key(path, db, key, bad)
+    assert list(admin.dump(tmp_path / "app", "ses_plain"))  # a clean close: not checked
+    crash(path)
+    with pytest.raises(DamagedFileError, match=r"'ses_plain'.*" + bad.hex()):
+        list(admin.dump(tmp_path / "app", "ses_plain"))

@@ -17,8 +17,9 @@ store opens on a partition that was walked:
 
 A violation is a :class:`~txstore.errors.DamagedFileError` naming ``data.mdb``, the store, the
 segment and the key in hex, raised before the store serves a read. Keys are read in chunks
-through the partition's chunk source and parsed by the batch codecs (one C call a chunk), with
-``min``/``max``/``map`` over the results: no Python loop per key unless a chunk is bad. Cost:
+through the partition's chunk source and split into columns by the codecs' C key splitters
+(``window_key_columns``, ``session_key_columns``: one call a chunk, no object per key), with
+``min``/``max``/``any`` over the time arrays: no Python loop per key unless a chunk is bad. Cost:
 ``perf/bench_segment_check.py``, figure in ``docs/engine.md``. A clean open checks nothing
 (nothing was walked); an in-memory partition has no file and no page walk.
 """
@@ -32,6 +33,7 @@ from typing import Any, Final, Protocol
 
 from txstore import codecs
 from txstore.bytestores.schemas import KeySchema
+from txstore.codecs._native import session_key_columns, window_key_columns
 from txstore.engine.base import PartitionBase
 from txstore.engine.iterators import KeyRange
 from txstore.engine.lmdb_errors import data_file
@@ -103,24 +105,25 @@ def check_segment_keys(store: CheckedStore, segment_ids: Sequence[int]) -> None:
                     _raise_first_bad(store, sid, db, keys, strict_seq)
             if frontier is None:
                 break
-            rng = KeyRange(frontier, None, False)
+            rng = rng.after(frontier, False)
     done.add(store.name)
 
 
 def _chunk_ok(schema: KeySchema, interval: int, sid: int, keys: list[bytes], seq0: bool) -> bool:
-    """Whether every key of one chunk of segment ``sid`` keeps the rules (fast path)."""
+    """Whether every key of one chunk of segment ``sid`` keeps the rules (the fast path: one C
+    call splits the chunk into arrays of times, then ``min``/``max``/``any`` over them)."""
     if min(map(len, keys)) < schema.suffix:
         return False
     if schema.window:
-        _, times, seqs = zip(*codecs.extract_window_keys(keys), strict=True)
-        if seq0 and any(seqs):
+        cols = window_key_columns(keys)
+        if seq0 and any(cols.second):
             return False
     else:
-        _, starts, times = zip(*codecs.extract_session_keys(keys), strict=True)
-        if not all(map(operator.le, starts, times)):
+        cols = session_key_columns(keys)  # first: ends, second: starts
+        if not all(map(operator.le, cols.second, cols.first)):
             return False
     lo = sid * interval
-    return bool(min(times) >= lo and max(times) < lo + interval)
+    return bool(min(cols.first) >= lo and max(cols.first) < lo + interval)
 
 
 def key_fault(schema: KeySchema, interval: int, sid: int, key: bytes, seq0: bool) -> str:
