@@ -210,7 +210,7 @@ def test_a_session_starting_after_its_end_is_refused(healthy: Path, tmp_path: Pa
     crash(path)
     with (
         txstore.open(path) as dbase,
-        pytest.raises(DamagedFileError, match=r"'ses_ph'.*session start \d+ is after its end"),
+        pytest.raises(DamagedFileError, match=r"'ses_ph'.*session \[\d+, \d+\] is not a window"),
     ):
         open_session(dbase, "ses_ph", txstore.ValueFormat.PLAIN_HEADERS)
 
@@ -282,3 +282,19 @@ def test_txstore_dump_of_a_walked_partition_checks_the_keys(healthy: Path, tmp_p
     crash(path)
     with pytest.raises(DamagedFileError, match=r"'ses_plain'.*" + bad.hex()):
         list(admin.dump(tmp_path / "app", "ses_plain"))
+
+
+def test_a_session_start_flipped_negative_is_refused(healthy: Path, tmp_path: Path) -> None:
+    """The start's sign bit: still at most the end, same segment, but no SessionWindow."""
+    path = copy(healthy, tmp_path)
+    db, key = first_key(path, "ses_plain")
+    bad = flip(key, -8, 0x80)
+    end, start = struct.unpack(">qq", bad[-16:])
+    assert start < 0 <= end
+    rewrite_key(path, db, key, bad)
+    crash(path)
+    with (
+        txstore.open(path) as dbase,
+        pytest.raises(DamagedFileError, match=r"'ses_plain'.*session \[-\d+, \d+\] is not a"),
+    ):
+        open_session(dbase, "ses_plain")

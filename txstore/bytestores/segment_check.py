@@ -12,7 +12,7 @@ store opens on a partition that was walked:
 * its segment timestamp (window start, session end) is ``>= 0`` and lies in the segment it is
   stored in: ``sid * interval <= ts < (sid + 1) * interval``, i.e. ``ts // interval == sid``,
   the segment id a ``put`` gives it (``SegmentedBytesStore.put_at``);
-* a session's start is at most its end;
+* a session's start is ``>= 0`` and at most its end (``SessionWindow`` refuses others);
 * a window store registered without ``retain_duplicates`` has sequence number 0.
 
 A violation is a :class:`~txstore.errors.DamagedFileError` naming ``data.mdb``, the store, the
@@ -120,7 +120,7 @@ def _chunk_ok(schema: KeySchema, interval: int, sid: int, keys: list[bytes], seq
             return False
     else:
         cols = session_key_columns(keys)  # first: ends, second: starts
-        if not all(map(operator.le, cols.second, cols.first)):
+        if min(cols.second) < 0 or not all(map(operator.le, cols.second, cols.first)):
             return False
     lo = sid * interval
     return bool(min(cols.first) >= lo and max(cols.first) < lo + interval)
@@ -138,8 +138,8 @@ def key_fault(schema: KeySchema, interval: int, sid: int, key: bytes, seq0: bool
     else:
         _, start, time = codecs.extract_session_key(key)
         what = "session end"
-        if start > time:
-            return f"session start {start} is after its end {time}"
+        if start < 0 or start > time:
+            return f"session [{start}, {time}] is not a window (start negative or after the end)"
     if time < 0 or time // interval != sid:
         return f"{what} {time} belongs to segment {time // interval}, not {sid}"
     return ""
