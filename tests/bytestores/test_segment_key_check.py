@@ -298,3 +298,19 @@ def test_a_session_start_flipped_negative_is_refused(healthy: Path, tmp_path: Pa
         pytest.raises(DamagedFileError, match=r"'ses_plain'.*session \[-\d+, \d+\] is not a"),
     ):
         open_session(dbase, "ses_plain")
+
+
+def test_skip_key_check_lets_a_caller_that_checks_rows_itself_open_the_store(
+    healthy: Path, tmp_path: Path
+) -> None:
+    """``check --deep`` reports each bad key as a row: it opens the stores unchecked."""
+    path = copy(healthy, tmp_path)
+    db, key = first_key(path, "win_plain")
+    bad = flip(key, -12, 0x0F)
+    rewrite_key(path, db, key, bad)
+    crash(path)
+    with txstore.open(path, readonly=True) as dbase:
+        assert dbase.partition.page_walk is not None
+        segment_check.skip_key_check(dbase.partition)
+        starts = [kv.key.window.start for kv in open_window(dbase, "win_plain").all()]
+    assert _Q.unpack(bad[-12:-4])[0] in starts

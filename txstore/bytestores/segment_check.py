@@ -39,7 +39,7 @@ from txstore.engine.iterators import KeyRange
 from txstore.engine.lmdb_errors import data_file
 from txstore.errors import DamagedFileError
 
-__all__ = ["CHUNK_ROWS", "check_segment_keys"]
+__all__ = ["CHUNK_ROWS", "check_segment_keys", "skip_key_check"]
 
 CHUNK_ROWS: Final = 65536
 """Rows read a chunk (bounds the memory of the check on a large segment)."""
@@ -47,6 +47,16 @@ CHUNK_ROWS: Final = 65536
 # Stores already checked on a partition object (a store reopened on the same open partition is
 # not checked twice: its rows since the walk were written by this process).
 _checked: weakref.WeakKeyDictionary[PartitionBase, set[str]] = weakref.WeakKeyDictionary()
+
+
+_skipped: weakref.WeakSet[PartitionBase] = weakref.WeakSet()
+
+
+def skip_key_check(partition: PartitionBase) -> None:
+    """No store opened on ``partition`` from now on checks its keys: for a caller that checks
+    every key itself and wants each bad row reported rather than the store refused
+    (``txstore check --deep``). O(1)."""
+    _skipped.add(partition)
 
 
 class CheckedStore(Protocol):
@@ -87,7 +97,7 @@ def check_segment_keys(store: CheckedStore, segment_ids: Sequence[int]) -> None:
     docstring) if its partition was page-walked at open; raise
     :class:`~txstore.errors.DamagedFileError` on the first bad key. O(keys), in chunks."""
     p = store.partition
-    if getattr(p, "page_walk", None) is None:
+    if getattr(p, "page_walk", None) is None or p in _skipped:
         return
     done = _checked.setdefault(p, set())
     if store.name in done:
