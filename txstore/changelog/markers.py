@@ -197,7 +197,10 @@ def read_last_marker(fd: int, size: int) -> Marker | None:
     end with a valid one. O(1): a few small reads."""
     if size < MARKER_OVERHEAD_V1:
         return None
-    (flen,) = TRAILER.unpack(os.pread(fd, 4, size - 4))
+    trailer = os.pread(fd, 4, size - 4)
+    if len(trailer) < 4:  # the file is shorter than ``size`` (replaced while it was read)
+        return None
+    (flen,) = TRAILER.unpack(trailer)
     if flen >= MARKER_OVERHEAD and 2 * flen <= size:
         frame = FrameReader(fd, size - 2 * flen, size - flen).next()
         if (

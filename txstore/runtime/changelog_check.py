@@ -42,7 +42,7 @@ from txstore.changelog.coordination import read_commit_metadata
 from txstore.changelog.history import CommitRecord
 from txstore.changelog.log import FileChangelog
 from txstore.engine.partition import writer_probe
-from txstore.errors import TxStoreError
+from txstore.errors import ChangelogCorruptionError, TxStoreError
 
 __all__ = ["LogCommits", "SequenceReport", "check_sequences", "read_log_commits"]
 
@@ -155,15 +155,21 @@ def _read_all(changelog_root: Path) -> dict[str, LogCommits]:
     for d in sorted(changelog_root.iterdir()) if changelog_root.is_dir() else []:
         if not d.is_dir():
             continue
-        for _attempt in range(3):  # a live writer's compaction may delete a segment being read
+        # A live writer's compaction may delete or replace (by a shorter merged file) a
+        # segment being read: read the log again; a log that still fails is reported by the
+        # per-store check.
+        for attempt in range(3):
             try:
                 with FileChangelog(d, readonly=True, create=False) as log:
                     out[d.name] = read_log_commits(log)
                 break
             except FileNotFoundError:
                 continue
+            except ChangelogCorruptionError:
+                if attempt == 2:
+                    break
             except (TxStoreError, OSError):
-                break  # reported by the per-store check
+                break
     return out
 
 
