@@ -93,11 +93,12 @@ def test_a_flipped_value_byte_names_store_file_and_key(tmp_path: Path) -> None:
         err = assert_names_damage(lambda: users.get("ada"), "users", file, "'ada'")
         assert "not valid UTF-8" in str(err)
         assert_names_damage(lambda: scan(users), "users", file, "b'ada'")
-        assert_names_damage(lambda: users.read_committed().get("ada"), "users", file, "'ada'")
+        with users.read_committed() as view:  # every view and snapshot closed here
+            assert_names_damage(lambda: view.get("ada"), "users", file, "'ada'")
         with users.snapshot() as snap:
             assert_names_damage(lambda: scan(snap), "users", file, "b'ada'")
-        with users.read_committed() as view:
-            assert_names_damage(lambda: scan(view.snapshot()), "users", file, "b'ada'")
+        with users.read_committed() as view, view.snapshot() as view_snap:
+            assert_names_damage(lambda: scan(view_snap), "users", file, "b'ada'")
         assert_names_damage(lambda: users.put_if_absent("ada", "x"), "users", file, "'ada'")
         assert_names_damage(lambda: users.delete("ada"), "users", file, "'ada'")
 
