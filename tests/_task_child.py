@@ -21,7 +21,8 @@ from txstore import (
 from txstore.runtime.task import Task
 
 
-def open_task(path: str, **kwargs: Any) -> Task:
+def open_task(path: str, *, tagged: bool = True, **kwargs: Any) -> Task:
+    """The task of 'counts', 'latest' and (unless ``tagged`` is False) 'tagged'."""
     budget = os.environ.get("TASK_CHILD_OVERLAY_BUDGET")
     if budget:
         kwargs.setdefault("overlay_budget_bytes", int(budget))
@@ -39,6 +40,8 @@ def open_task(path: str, **kwargs: Any) -> Task:
                 Serdes.long(),
             )
         )
+        if not tagged:
+            return task
         task.key_value_store(
             Stores.timestamped_key_value_store_with_headers_builder(
                 Stores.persistent_timestamped_key_value_store_with_headers("tagged"),

@@ -31,7 +31,6 @@ from tests._children import ROOT
 from tests._children import run_child as _run
 from tests._task_child import model, open_task, process, state
 from tests.runtime.test_task_damage import last_segment, snapshot
-from txstore import Serdes, Stores
 from txstore.changelog.markers import read_last_marker
 from txstore.errors import ChangelogCorruptionError, TaskCorruptedError
 from txstore.runtime.task import Task
@@ -64,20 +63,7 @@ def way_out(err: ChangelogCorruptionError) -> str:
 
 def two_store_task(path: Path) -> Task:
     """The task with 'counts' and 'latest' open only: 'tagged' is checked as a changelog."""
-    task = Task(path, changelog_options={"segment_bytes": 4096})
-    task.key_value_store(
-        Stores.key_value_store_builder(
-            Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
-        )
-    )
-    task.key_value_store(
-        Stores.timestamped_key_value_store_builder(
-            Stores.persistent_timestamped_key_value_store("latest"),
-            Serdes.string(),
-            Serdes.long(),
-        )
-    )
-    return task
+    return open_task(str(path), tagged=False)
 
 
 @pytest.mark.parametrize("start", ["marker", "page"])
