@@ -206,16 +206,21 @@ def test_damaged_changelogs_are_refused_as_the_writer_refuses(tmp_path: Path) ->
 
 
 def test_an_interrupted_first_creation_reads_as_no_changelog(tmp_path: Path) -> None:
-    """A kill while a task creates its stores leaves a changelog directory without
-    ``changelog.json``: readers see a store with nothing committed, never a conflict."""
+    """A kill while a task creates its stores can leave a changelog directory holding only
+    its lock file (``changelog.json`` is written next): readers see a store with nothing
+    committed, never a configuration conflict."""
     path = tmp_path / "p0"
-    assert run_child("_task_child.py", path, 10, 10) == 0
-    (path / "changelog" / "counts" / "changelog.json").unlink()
-    for f in (path / "changelog" / "counts").iterdir():
-        if f.name != ".lock":
-            f.unlink()
+    assert run_child("_task_child.py", path, 10, 10, "task.before_changelog_commit=1") < 0
+    log_dir = path / "changelog" / "counts"
+    for f in log_dir.iterdir():
+        if f.name != "writer.lock":
+            f.unlink()  # what a kill before changelog.json was written leaves
     rows = {r["store"]: r for r in admin.offsets(path)}
     assert rows["counts"]["changelog_end"] is None and rows["counts"]["lag"] is None
-    assert rows["latest"]["input_position"] == 10
+    assert rows["latest"]["changelog_end"] == 0 and rows["latest"]["input_position"] is None
     with txstore.open(path, readonly=True) as db:
-        assert db.input_position == 10
+        assert db.input_position is None
+        assert db.store_names() == ["counts", "latest", "tagged"]
+    with open_task(str(path)) as task:  # the writer completes the creation
+        task.initialize()
+        assert task.input_position is None

@@ -69,17 +69,19 @@ class CommittedState:
     tails: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def _changelog_dirs(path: str) -> list[Path]:
-    root = Path(path) / "changelog"
-    if not root.is_dir():
+def _changelog_names(path: str) -> list[str]:
+    """The store names of the changelog directories of partition directory ``path``."""
+    try:
+        with os.scandir(os.path.join(path, "changelog")) as entries:
+            return sorted(e.name for e in entries if e.is_dir())
+    except FileNotFoundError:
         return []
-    return [d for d in sorted(root.iterdir()) if d.is_dir() and not interrupted_creation(d)]
 
 
-def _last_marker(log_dir: Path) -> tuple[int, int, int] | None:
+def _last_marker(log_dir: str) -> tuple[int, int, int] | None:
     """``(end offset, task commit sequence, input position)`` of the commit marker that ends
     the last segment of ``log_dir``; None if it does not end with one (or has none)."""
-    files = segment_files(os.fspath(log_dir))
+    files = segment_files(log_dir)
     if not files:
         return None
     try:
@@ -98,30 +100,27 @@ def _last_marker(log_dir: Path) -> tuple[int, int, int] | None:
 def committed_state(partition: PartitionBase) -> CommittedState:
     """The committed state of ``partition``'s changelogs against its stores (see the module
     docstring for the cost). Reads only. Raises what a task's recovery would raise."""
-    dirs = _changelog_dirs(str(partition.path))
-    if not dirs:
+    path = str(partition.path)
+    names = _changelog_names(path)
+    if not names:
         return CommittedState()
     stores = set(partition.store_names())
-    seen: list[tuple[int, int]] = []  # (sequence, input position) of each last marker
-    clean = True
-    for d in dirs:
-        last = _last_marker(d)
-        if last is None:
-            clean = False
+    offsets = partition.committed_offsets([n for n in names if n in stores])
+    seqs: set[int] = set()
+    position: int | None = None
+    for name in names:
+        last = _last_marker(os.path.join(path, "changelog", name))
+        if last is None or (name in offsets and offsets[name] != last[0]):
             break
-        end, seq, position = last
-        seen.append((seq, position))
-        if d.name in stores and partition.committed_offset(d.name) != end:
-            clean = False
-            break
-    if clean:
-        # Every changelog ends with a commit its store holds: the newest is complete (a store
-        # commits only after every changelog did), unless some changelog lacks it.
-        seqs = {seq for seq, _ in seen}
+        seqs.add(last[1])
+        position = last[2]
+    else:
+        # Every changelog ends with the same task commit, which every store holds: it is
+        # complete and nothing lags (else a changelog lacks it, or a store: plan as a task).
         if len(seqs) == 1:
-            seq, position = seen[0]
-            return CommittedState(position if seq else None)
-    return _plan(partition, dirs, stores)
+            return CommittedState(position if seqs != {0} else None)
+    dirs = [Path(path, "changelog", n) for n in names]
+    return _plan(partition, [d for d in dirs if not interrupted_creation(d)], stores)
 
 
 def _plan(partition: PartitionBase, dirs: list[Path], stores: set[str]) -> CommittedState:
