@@ -145,6 +145,11 @@ class ReplayedPartition(PartitionBase):
         self.overlay = None
         self.readonly = True
 
+    def replay_base(self, store: str, offset: int | None) -> None:
+        """The committed offset on disk that the tail of ``store`` about to be replayed was
+        computed from: the tail applies while the store's files stay there."""
+        self._base[store] = offset
+
     @property
     def replayed_offsets(self) -> dict[str, int]:
         """Each replayed store's committed offset after the replay."""

@@ -18,6 +18,14 @@ segment file (the commit marker that ends it, through its trailer). Only when a 
 changelog does not end with a marker (a writer in the middle of a transaction), are the
 changelogs loaded and the recovery planned as a task would (:func:`plan_recovery`), read-only.
 
+**Next to a live writer** the files move while they are read. A store lags only for the few
+milliseconds between the writer's changelog and store commits, so the reader looks again for up
+to :data:`LIVE_WAIT_S`; past that it serves the files as they are (the writer's last store
+commit: a committed state, at most one commit behind) without an input position. The changelogs
+are planned and replayed only when no writer is alive, with the writer lock held shared
+(:func:`~txstore.engine.partition.writer_probe`) so that none can start meanwhile: a dead writer
+is the case that otherwise serves a stale state forever.
+
 **What the reader refuses** is what the writer's recovery refuses, with the same typed errors:
 :class:`~txstore.errors.ChangelogCorruptionError` for damaged committed changelog data,
 :class:`~txstore.errors.TaskCorruptedError` for changelogs that contradict each other or a store
@@ -29,9 +37,11 @@ committed yet.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from txstore import codecs
 from txstore.changelog.coordination import RecoveryPlan, plan_recovery, read_commit_metadata
@@ -43,6 +53,7 @@ from txstore.engine.base import PartitionBase
 from txstore.engine.lmdb_env import DEFAULT_MAX_DBS
 from txstore.engine.partition import Partition
 from txstore.engine.replayed import ReplayedPartition
+from txstore.engine.writer_lock import writer_probe
 from txstore.errors import TaskCorruptedError
 from txstore.runtime.catalog import stored_format
 from txstore.stores.assembly import bytes_store
@@ -57,6 +68,8 @@ __all__ = [
 
 #: Records converted and staged per replay step (as a task's restore batches).
 REPLAY_BATCH = 100_000
+#: How long a reader next to a live writer waits for the files to show a finished commit.
+LIVE_WAIT_S = 0.1
 
 
 @dataclass
@@ -67,6 +80,8 @@ class CommittedState:
 
     input_position: int | None = None
     tails: dict[str, tuple[int, int]] = field(default_factory=dict)
+    bases: dict[str, int | None] = field(default_factory=dict)
+    """The committed offset on disk each tail was computed from (None: never committed)."""
 
 
 def _changelog_names(path: str) -> list[str]:
@@ -97,38 +112,72 @@ def _last_marker(log_dir: str) -> tuple[int, int, int] | None:
     return marker.end_offset, read_commit_metadata(marker.metadata)[0], marker.input_position
 
 
-def committed_state(partition: PartitionBase) -> CommittedState:
-    """The committed state of ``partition``'s changelogs against its stores (see the module
-    docstring for the cost). Reads only. Raises what a task's recovery would raise."""
+def _fast_state(
+    partition: PartitionBase, names: list[str], stores: set[str]
+) -> CommittedState | None:
+    """The state of a partition none of whose stores lags: every changelog ends with the same
+    task commit and every store holds it (the store offsets are read first: a writer commits
+    its changelogs before its stores). None when that is not what the files show."""
     path = str(partition.path)
-    names = _changelog_names(path)
-    if not names:
-        return CommittedState()
-    stores = set(partition.store_names())
     offsets = partition.committed_offsets([n for n in names if n in stores])
     seqs: set[int] = set()
     position: int | None = None
     for name in names:
         last = _last_marker(os.path.join(path, "changelog", name))
         if last is None or (name in offsets and offsets[name] != last[0]):
-            break
+            return None
         seqs.add(last[1])
         position = last[2]
-    else:
-        # Every changelog ends with the same task commit, which every store holds: it is
-        # complete and nothing lags (else a changelog lacks it, or a store: plan as a task).
-        if len(seqs) == 1:
-            return CommittedState(position if seqs != {0} else None)
-    dirs = [Path(path, "changelog", n) for n in names]
-    return _plan(partition, [d for d in dirs if not interrupted_creation(d)], stores)
+    if len(seqs) != 1:
+        return None
+    return CommittedState(position if seqs != {0} else None)
+
+
+def committed_state(
+    partition: PartitionBase, on_lag: Callable[[CommittedState], None] | None = None
+) -> CommittedState:
+    """The committed state of ``partition``'s changelogs against its stores (see the module
+    docstring for the cost). Reads only. Raises what a task's recovery would raise.
+
+    A live writer's changelogs and stores move while they are read: the check is taken again
+    for up to :data:`LIVE_WAIT_S` (a writer's store commit follows its changelog commit within
+    milliseconds); if the files still do not show a finished commit, they are what the reader
+    serves (the writer's last store commit: a committed state, at most one commit behind) and
+    the input position is not told (None). Only with no writer alive are the changelogs
+    planned, while the writer lock is held shared so that no writer can start meanwhile;
+    ``on_lag`` is then called with the state, still under that lock, if a store lags."""
+    path = str(partition.path)
+    names = _changelog_names(path)
+    if not names:
+        return CommittedState()
+    stores = set(partition.store_names())
+    deadline = time.monotonic() + LIVE_WAIT_S
+    while True:
+        fast = _fast_state(partition, names, stores)
+        if fast is not None:
+            return fast
+        with writer_probe(path) as alive:
+            if not alive:
+                dirs = [Path(path, "changelog", n) for n in names]
+                state = _plan(partition, [d for d in dirs if not interrupted_creation(d)], stores)
+                if state.tails and on_lag is not None:
+                    on_lag(state)
+                return state
+        if time.monotonic() >= deadline:
+            return CommittedState()
+        time.sleep(0.002)
 
 
 def _plan(partition: PartitionBase, dirs: list[Path], stores: set[str]) -> CommittedState:
     logs: dict[str, FileChangelog] = {}
+    # A live writer commits the changelogs in store-name order, then the stores: so the store
+    # offsets are read first, and the changelogs last to first. Then whatever the writer did
+    # meanwhile, this is a state a crash could leave (a commit seen in a changelog is in those
+    # before it; a store never ahead of what its changelog shows).
+    offsets = partition.committed_offsets([d.name for d in dirs if d.name in stores])
     try:
-        for d in dirs:
+        for d in reversed(dirs):
             logs[d.name] = FileChangelog(d, readonly=True)
-        offsets = {n: partition.committed_offset(n) for n in logs if n in stores}
         for name, committed in offsets.items():  # the checks of a task's recovery, in order
             check_not_ahead(name, committed, logs[name].path, logs[name].committed_end_offset)
         plan = plan_recovery(logs)
@@ -139,6 +188,7 @@ def _plan(partition: PartitionBase, dirs: list[Path], stores: set[str]) -> Commi
             start = log.log_start_offset if committed is None else committed
             if start < end:
                 state.tails[name] = (start, end)
+                state.bases[name] = committed
         return state
     finally:
         for log in logs.values():
@@ -168,13 +218,15 @@ def check_not_ahead(
     )
 
 
-def replay_tail(partition: ReplayedPartition, tails: Mapping[str, tuple[int, int]]) -> None:
-    """Replay each store's changelog range ``[start, end)`` of ``tails`` into ``partition``'s
-    in-memory view, through the bytes store and record converter of the store's recorded
-    format, as :meth:`~txstore.runtime.task.Task.initialize` restores it. O(records)."""
+def replay_tail(partition: ReplayedPartition, state: CommittedState) -> None:
+    """Replay each store's changelog range ``[start, end)`` of ``state.tails`` into
+    ``partition``'s in-memory view, through the bytes store and record converter of the store's
+    recorded format, as :meth:`~txstore.runtime.task.Task.initialize` restores it; each tail
+    applies while the store's offset on disk is still its ``state.bases`` one. O(records)."""
     partition.begin_replay()
     try:
-        for name, (start, end) in sorted(tails.items()):
+        for name, (start, end) in sorted(state.tails.items()):
+            partition.replay_base(name, state.bases.get(name))
             meta = partition.store_meta(name)
             assert meta is not None
             fmt = stored_format(meta)
@@ -191,7 +243,7 @@ def replay_tail(partition: ReplayedPartition, tails: Mapping[str, tuple[int, int
 
 
 def _replay_one(
-    raw: object, kind: str, fmt: ValueFormat, log: FileChangelog, start: int, end: int
+    raw: Any, kind: str, fmt: ValueFormat, log: FileChangelog, start: int, end: int
 ) -> None:
     keys: list[bytes] = []
     values: list[bytes | None] = []
@@ -206,9 +258,9 @@ def _replay_one(
         )
         pairs = list(zip(keys, stored, strict=True))
         if kind == "key_value":
-            raw.put_all(pairs)  # type: ignore[attr-defined]
+            raw.put_all(pairs)
         else:
-            raw.restore(pairs)  # type: ignore[attr-defined]
+            raw.restore(pairs)
         for column in (keys, values, stamps, headers):
             column.clear()
 
@@ -243,17 +295,16 @@ def open_committed(
     part = Partition(
         path, readonly=True, verify=verify, max_dbs=DEFAULT_MAX_DBS if max_dbs is None else max_dbs
     )
-    try:
-        state = committed_state(part)
-        if not state.tails:
-            return part, state
+    served: list[PartitionBase] = [part]
+
+    def replay(state: CommittedState) -> None:
         replayed = ReplayedPartition(part)
-    except BaseException:
-        part.close()
-        raise
+        served[0] = replayed
+        replay_tail(replayed, state)
+
     try:
-        replay_tail(replayed, state.tails)
+        state = committed_state(part, replay)
     except BaseException:
-        replayed.close()
+        served[0].close()
         raise
-    return replayed, state
+    return served[0], state
