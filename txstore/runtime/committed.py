@@ -12,9 +12,11 @@ stores and record converters a task's restore uses. Nothing is written to the pa
 Every reader goes through it: ``txstore.open(path, readonly=True)``, snapshots, the catalog
 readers of the command line and of Spark, interactive queries.
 
-**Cost on a clean partition** (every store at its changelog's last commit, the usual case): for
-each changelog directory, one directory listing and a few small reads at the end of its last
-segment file (the commit marker that ends it, through its trailer). Only when a store lags, or a
+**Cost on a clean partition** (every store at its changelog's last commit, the usual case): the
+store names and offsets (two short read transactions), one listing of the changelog directory
+and of the changelog committed last, and a few small reads at the end of its last segment file:
+the commit marker that ends it, found through its trailer, names every participant of the last
+task commit and where each one's records end. Only when a store lags, or a
 changelog does not end with a marker (a writer in the middle of a transaction), are the
 changelogs loaded and the recovery planned as a task would (:func:`plan_recovery`), read-only.
 
@@ -44,9 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from txstore import codecs
-from txstore.changelog.coordination import RecoveryPlan, plan_recovery, read_commit_metadata
+from txstore.changelog.coordination import (
+    RecoveryPlan,
+    plan_recovery,
+    read_commit_ends,
+    read_commit_metadata,
+)
 from txstore.changelog.log import FileChangelog, interrupted_creation
-from txstore.changelog.markers import read_last_marker
+from txstore.changelog.markers import Marker, read_last_marker
 from txstore.changelog.segments import open_fd, segment_files
 from txstore.codecs import ValueFormat
 from txstore.engine.base import PartitionBase
@@ -93,9 +100,9 @@ def _changelog_names(path: str) -> list[str]:
         return []
 
 
-def _last_marker(log_dir: str) -> tuple[int, int, int] | None:
-    """``(end offset, task commit sequence, input position)`` of the commit marker that ends
-    the last segment of ``log_dir``; None if it does not end with one (or has none)."""
+def _last_marker(log_dir: str) -> Marker | None:
+    """The commit marker that ends the last segment of ``log_dir`` (None: it does not end
+    with one, or has no segment)."""
     files = segment_files(log_dir)
     if not files:
         return None
@@ -104,33 +111,29 @@ def _last_marker(log_dir: str) -> tuple[int, int, int] | None:
     except FileNotFoundError:  # rolled or compacted away just now: take the slow path
         return None
     try:
-        marker = read_last_marker(fd, os.fstat(fd).st_size)
+        return read_last_marker(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
-    if marker is None:
-        return None
-    return marker.end_offset, read_commit_metadata(marker.metadata)[0], marker.input_position
 
 
 def _fast_state(
     partition: PartitionBase, names: list[str], stores: set[str]
 ) -> CommittedState | None:
-    """The state of a partition none of whose stores lags: every changelog ends with the same
-    task commit and every store holds it (the store offsets are read first: a writer commits
-    its changelogs before its stores). None when that is not what the files show."""
-    path = str(partition.path)
+    """The state of a partition none of whose stores lags, from one commit marker: the one
+    ending the changelog committed last (a task commits its changelogs in store-name order, so
+    that one holding task commit N means every participant holds it) names every changelog as
+    a participant, and every store is at the end its marker records for it. The store offsets
+    are read first (a writer commits its changelogs before its stores). None when the files do
+    not show that (a lag, a writer in mid-commit, stores outside the last commit)."""
     offsets = partition.committed_offsets([n for n in names if n in stores])
-    seqs: set[int] = set()
-    position: int | None = None
-    for name in names:
-        last = _last_marker(os.path.join(path, "changelog", name))
-        if last is None or (name in offsets and offsets[name] != last[0]):
-            return None
-        seqs.add(last[1])
-        position = last[2]
-    if len(seqs) != 1:
+    marker = _last_marker(os.path.join(str(partition.path), "changelog", names[-1]))
+    if marker is None:
         return None
-    return CommittedState(position if seqs != {0} else None)
+    seq, participants = read_commit_metadata(marker.metadata)
+    ends = read_commit_ends(marker.metadata)
+    if not seq or participants != names or any(offsets[n] != ends.get(n) for n in offsets):
+        return None
+    return CommittedState(marker.input_position)
 
 
 def committed_state(
