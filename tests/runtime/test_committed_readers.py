@@ -29,7 +29,7 @@ from txstore.engine.partition import Partition
 from txstore.engine.replayed import ReplayedPartition
 from txstore.errors import TaskCorruptedError
 from txstore.runtime import admin
-from txstore.runtime.committed import committed_state, open_committed
+from txstore.runtime.committed import open_committed
 from txstore.runtime.snapshot import snapshot_partition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,21 +187,26 @@ def test_a_clean_partition_is_not_wrapped(tmp_path: Path) -> None:
 
 
 def test_a_lag_over_damaged_changelogs_is_refused_as_the_writer_refuses(tmp_path: Path) -> None:
-    """Stores lag a commit and a changelog lost its last segment: the reader raises the error
-    (class and message) that a restarted task raises, and changes no file."""
+    """Stores lag a commit and a changelog lost its last segment: the reader raises the typed
+    error a restarted task raises (each says which changelog lost committed data), and
+    changes no file."""
     path = tmp_path / "p0"
     assert run_child("_task_child.py", path, 100, 10, "task.after_changelog_commit=3") < 0
     for seg in sorted((path / "changelog" / "counts").glob("*.log"))[-1:]:
         seg.unlink()
     shutil.copytree(path, tmp_path / "copy")
-    with pytest.raises(TaskCorruptedError) as writer, open_task(str(tmp_path / "copy")) as task:
+    with (
+        pytest.raises(TaskCorruptedError, match="'counts'"),
+        open_task(str(tmp_path / "copy")) as task,
+    ):
         task.initialize()
     before = files_of(path)
-    with pytest.raises(TaskCorruptedError) as reader:
+    with pytest.raises(
+        TaskCorruptedError, match=r"changelog of store 'counts'.*lost committed data"
+    ):
         txstore.open(path, readonly=True)
-    assert str(reader.value) == str(writer.value).replace(str(tmp_path / "copy"), str(path))
-    with pytest.raises(TaskCorruptedError), Partition(path, readonly=True) as part:
-        committed_state(part)
+    with pytest.raises(TaskCorruptedError, match="lost committed data"):
+        admin.offsets(path)
     assert files_of(path) == before
 
 

@@ -229,6 +229,11 @@ class ReplayedPartition(PartitionBase):
         """Whether the tail of ``store`` still applies: the files have not moved since."""
         return store in self._offsets and on_disk == self._base.get(store)
 
+    def _committed_offsets(self, stores: list[str]) -> dict[str, int | None]:
+        if not self.readonly:  # replaying: each store's offset moves on from its tail's base
+            return {s: self._offsets.get(s, self._base.get(s)) for s in stores}
+        return {s: self.committed_offset(s) for s in stores}
+
     def committed_offset(self, store: str) -> int | None:
         on_disk = self.inner.committed_offset(store)
         return self._offsets[store] if self.tail_applies(store, on_disk) else on_disk

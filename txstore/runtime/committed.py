@@ -15,31 +15,32 @@ readers of the command line and of Spark, interactive queries.
 **Cost on a clean partition** (every store at its changelog's last commit, the usual case): the
 store names and offsets (two short read transactions), one listing of the changelog directory
 and of the changelog committed last, and a few small reads at the end of its last segment file:
-the commit marker that ends it, found through its trailer, names every participant of the last
-task commit and where each one's records end. Only when a store lags, or a
-changelog does not end with a marker (a writer in the middle of a transaction), are the
-changelogs loaded and the recovery planned as a task would (:func:`plan_recovery`), read-only.
+the commit marker that ends it, found through its trailer. That changelog is loaded only when it
+does not end with a marker (a writer in the middle of a transaction); the changelogs of lagging
+stores are read from the stores' offsets to the commit's ends.
 
-**Next to a live writer** the files move while they are read. A store lags only for the few
-milliseconds between the writer's changelog and store commits, so the reader looks again for up
-to :data:`LIVE_WAIT_S`; past that it serves the files as they are (the writer's last store
-commit: a committed state, at most one commit behind) without an input position. The changelogs
-are planned and replayed only when no writer is alive, with the writer lock held shared
-(:func:`~txstore.engine.partition.writer_probe`) so that none can start meanwhile: a dead writer
-is the case that otherwise serves a stale state forever.
+**Next to a live writer** the files move while they are read. A task commits its changelogs in
+store-name order and its stores after them, so the reader reads the store offsets first and
+then the last commit of the changelog committed last: a commit that one holds is complete, and
+its marker records where every participant's records end. Whatever the writer does meanwhile
+(commit on, die, restart and restore), the reader serves a complete commit, never less than a
+reader before it served. Only a partition whose last commit does not name every changelog
+(stores opened in some task runs only, markers from before the ends were recorded) is planned
+as a task's recovery plans it, with no writer alive and the writer lock held shared
+(:func:`~txstore.engine.partition.writer_probe`); next to a live writer it is served from its
+files as they are, without an input position.
 
-**What the reader refuses** is what the writer's recovery refuses, with the same typed errors:
+**What the reader refuses**, before reading anything, with the typed errors of a task's recovery:
 :class:`~txstore.errors.ChangelogCorruptionError` for damaged committed changelog data,
-:class:`~txstore.errors.TaskCorruptedError` for changelogs that contradict each other or a store
-ahead of its changelog. An interrupted first creation of a changelog (a directory without
-``changelog.json`` and nothing else of a changelog in it) reads as a store with nothing
-committed yet.
+:class:`~txstore.errors.TaskCorruptedError` for a store ahead of its changelog, a changelog
+that lacks records the last complete commit holds, or changelogs that contradict each other.
+An interrupted first creation of a changelog (a directory without ``changelog.json`` and
+nothing else of a changelog in it) reads as a store with nothing committed yet.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,15 +76,14 @@ __all__ = [
 
 #: Records converted and staged per replay step (as a task's restore batches).
 REPLAY_BATCH = 100_000
-#: How long a reader next to a live writer waits for the files to show a finished commit.
-LIVE_WAIT_S = 0.1
 
 
 @dataclass
 class CommittedState:
     """What a partition's changelogs say was committed: ``input_position`` of the last
     complete task commit (None: no task commit, or no changelogs), and per store whose files
-    lag it, the changelog range ``[start, end)`` to replay (``tails``)."""
+    lag it, the changelog range ``[start, end)`` to replay (``tails``; start -1: from the
+    changelog's start, the store never committed)."""
 
     input_position: int | None = None
     tails: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -116,59 +116,64 @@ def _last_marker(log_dir: str) -> Marker | None:
         os.close(fd)
 
 
-def _fast_state(
-    partition: PartitionBase, names: list[str], stores: set[str]
-) -> CommittedState | None:
-    """The state of a partition none of whose stores lags, from one commit marker: the one
-    ending the changelog committed last (a task commits its changelogs in store-name order, so
-    that one holding task commit N means every participant holds it) names every changelog as
-    a participant, and every store is at the end its marker records for it. The store offsets
-    are read first (a writer commits its changelogs before its stores). None when the files do
-    not show that (a lag, a writer in mid-commit, stores outside the last commit)."""
-    offsets = partition.committed_offsets([n for n in names if n in stores])
-    marker = _last_marker(os.path.join(str(partition.path), "changelog", names[-1]))
-    if marker is None:
+def _last_commit(log_dir: str) -> tuple[bytes, int | None] | None:
+    """``(marker metadata, input position)`` of the last commit of the changelog in
+    ``log_dir``: the marker that ends its last segment (a few small reads), else (a
+    transaction in progress after it, a new segment) the changelog loaded read-only. None for
+    an interrupted creation."""
+    marker = _last_marker(log_dir)
+    if marker is not None:
+        return marker.metadata, marker.input_position
+    if interrupted_creation(log_dir):
         return None
-    seq, participants = read_commit_metadata(marker.metadata)
-    ends = read_commit_ends(marker.metadata)
-    if not seq or participants != names or any(offsets[n] != ends.get(n) for n in offsets):
-        return None
-    return CommittedState(marker.input_position)
+    with FileChangelog(log_dir, readonly=True) as log:
+        return log.last_committed_metadata, log.last_committed_input_position
 
 
 def committed_state(
     partition: PartitionBase, on_lag: Callable[[CommittedState], None] | None = None
 ) -> CommittedState:
     """The committed state of ``partition``'s changelogs against its stores (see the module
-    docstring for the cost). Reads only. Raises what a task's recovery would raise.
+    docstring for the cost). Reads only; ``on_lag`` is called with the state when a store
+    lags (to replay it). Raises what a task's recovery would raise.
 
-    A live writer's changelogs and stores move while they are read: the check is taken again
-    for up to :data:`LIVE_WAIT_S` (a writer's store commit follows its changelog commit within
-    milliseconds); if the files still do not show a finished commit, they are what the reader
-    serves (the writer's last store commit: a committed state, at most one commit behind) and
-    the input position is not told (None). Only with no writer alive are the changelogs
-    planned, while the writer lock is held shared so that no writer can start meanwhile;
-    ``on_lag`` is then called with the state, still under that lock, if a store lags."""
+    A task commits its changelogs in store-name order, then its stores. So the store offsets
+    are read first, then the last commit of the changelog committed last: when that commit
+    names every changelog as a participant, every one of them holds it (it is complete), and
+    its marker records where each participant's records end. A store below that end lags; the
+    writer may be dead or alive and committing, the answer is a committed state either way.
+    Otherwise (stores outside the last commit, markers without ends) the changelogs are
+    planned as a task's recovery plans them, only with no writer alive, holding the writer
+    lock shared meanwhile; next to a live writer the files are served as they are."""
     path = str(partition.path)
     names = _changelog_names(path)
     if not names:
         return CommittedState()
     stores = set(partition.store_names())
-    deadline = time.monotonic() + LIVE_WAIT_S
-    while True:
-        fast = _fast_state(partition, names, stores)
-        if fast is not None:
-            return fast
-        with writer_probe(path) as alive:
-            if not alive:
-                dirs = [Path(path, "changelog", n) for n in names]
-                state = _plan(partition, [d for d in dirs if not interrupted_creation(d)], stores)
-                if state.tails and on_lag is not None:
-                    on_lag(state)
-                return state
-        if time.monotonic() >= deadline:
+    offsets = partition.committed_offsets([n for n in names if n in stores])
+    last = _last_commit(os.path.join(path, "changelog", names[-1]))
+    if last is not None:
+        seq, participants = read_commit_metadata(last[0])
+        ends = read_commit_ends(last[0])
+        if seq and participants == names and all(n in ends for n in offsets):
+            state = CommittedState(last[1])
+            for name, committed in offsets.items():
+                end = ends[name]
+                check_not_ahead(name, committed, os.path.join(path, "changelog", name), end)
+                if (committed or 0) < end:
+                    state.tails[name] = (-1 if committed is None else committed, end)
+                    state.bases[name] = committed
+            if state.tails and on_lag is not None:
+                on_lag(state)
+            return state
+    with writer_probe(path) as alive:
+        if alive:
             return CommittedState()
-        time.sleep(0.002)
+        dirs = [Path(path, "changelog", n) for n in names]
+        state = _plan(partition, [d for d in dirs if not interrupted_creation(d)], stores)
+        if state.tails and on_lag is not None:
+            on_lag(state)
+        return state
 
 
 def _plan(partition: PartitionBase, dirs: list[Path], stores: set[str]) -> CommittedState:
@@ -188,9 +193,8 @@ def _plan(partition: PartitionBase, dirs: list[Path], stores: set[str]) -> Commi
         for name, committed in offsets.items():
             log, end = logs[name], plan.ends[name]
             check_not_ahead(name, committed, log.path, end, plan)
-            start = log.log_start_offset if committed is None else committed
-            if start < end:
-                state.tails[name] = (start, end)
+            if (committed or 0) < end:
+                state.tails[name] = (-1 if committed is None else committed, end)
                 state.bases[name] = committed
         return state
     finally:
@@ -237,7 +241,16 @@ def replay_tail(partition: ReplayedPartition, state: CommittedState) -> None:
             log_dir = Path(str(partition.path)) / "changelog" / name
             try:
                 with FileChangelog(log_dir, readonly=True) as log:
-                    _replay_one(raw, meta["kind"], fmt, log, start, end)
+                    if log.committed_end_offset < end:
+                        raise TaskCorruptedError(
+                            f"the changelog of store {name!r} ({log.path!r}) ends at offset "
+                            f"{log.committed_end_offset}, but the last complete task commit "
+                            f"holds its records up to {end}: the changelog lost committed "
+                            "data (damaged, truncated or deleted files); nothing was read. "
+                            "Restore that changelog from a copy"
+                        )
+                    first = log.log_start_offset if start < 0 else start
+                    _replay_one(raw, meta["kind"], fmt, log, first, end)
                 partition.commit_stores({name: end})
             finally:
                 raw.close()
