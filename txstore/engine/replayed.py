@@ -22,11 +22,13 @@ in-memory overlay and makes it writable, the caller replays through the bytes st
 into the tail instead of writing LMDB; :meth:`end_replay` makes it read-only again. Nothing is
 written to the partition's files.
 
-**A writer that comes back.** Once a store's committed offset on disk moves away from the one
-the replay started from, the writer committed the store (at or past the replayed end, since
-offsets never go back): the tail of that store is then ignored, and reads see the files alone.
-Each read checks this with one metadata read (a snapshot once, when it begins), and only in a
-partition that has a tail: a clean partition is never wrapped.
+**A writer that comes back.** A store's files only move forward from the offset the replay
+started from, and every key they change on the way to the replayed offset is in the tail with
+its value there: so while the store's committed offset on disk is below the replayed one (a
+restarted writer restoring in batches), the tail laid over the files is still exactly the
+replayed state, and once it reaches it the tail is ignored and the files are read alone (they
+may move on past it). Each read checks this with one metadata read (a snapshot once, when it
+begins), and only in a partition that has a tail: a clean partition is never wrapped.
 
 Costs: the replay is O(missing records); a read adds one offset read and a bisect into the tail.
 """
@@ -226,8 +228,13 @@ class ReplayedPartition(PartitionBase):
         return self._tails.get(db)
 
     def tail_applies(self, store: str, on_disk: int | None) -> bool:
-        """Whether the tail of ``store`` still applies: the files have not moved since."""
-        return store in self._offsets and on_disk == self._base.get(store)
+        """Whether the tail of ``store`` still applies: its files are still below the replayed
+        offset. Files only move forward from the tail's base, and every key they changed since
+        is in the tail with its value at the replayed offset, so the tail over any such state
+        is the replayed state; once they reach it (a writer restored or committed), the files
+        alone are read."""
+        end = self._offsets.get(store)
+        return end is not None and (on_disk is None or on_disk < end)
 
     def _committed_offsets(self, stores: list[str]) -> dict[str, int | None]:
         if not self.readonly:  # replaying: each store's offset moves on from its tail's base
