@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 from txstore.codecs import ValueFormat
+from txstore.engine.base import PartitionBase
 from txstore.engine.partition import Partition
 from txstore.errors import (
     InvalidArgumentError,
@@ -36,6 +37,7 @@ from txstore.errors import (
     StoreClosedError,
     UnsupportedOperationError,
 )
+from txstore.runtime.committed import CommittedState, open_committed
 from txstore.runtime.snapshot import Manifest, snapshot_partition
 from txstore.runtime.statedir import check_data_not_lost
 from txstore.runtime.transaction import Transaction
@@ -123,7 +125,13 @@ class Database:
             kwargs["max_dbs"] = max_dbs
         if changelogs is None:
             check_data_not_lost(os.fspath(path))
-        self.partition = Partition(path, **kwargs)
+        self._committed = CommittedState()
+        self.partition: PartitionBase
+        if readonly and changelogs is None:
+            # Served as committed: a changelog tail a dead writer left is replayed in memory.
+            self.partition, self._committed = open_committed(path, verify=verify, max_dbs=max_dbs)
+        else:
+            self.partition = Partition(path, **kwargs)
         self.changelogs = changelogs
         self._stacks: dict[str, StoreStack] = {}
 
@@ -131,6 +139,13 @@ class Database:
     def path(self) -> str:
         """The partition directory. O(1)."""
         return str(self.partition.path)
+
+    @property
+    def input_position(self) -> int | None:
+        """Read-only databases: the input position of the partition's last complete task
+        commit, as its changelogs hold it (None: no task commit, or opened for writing; a
+        :class:`~txstore.runtime.task.Task` has its own). O(1)."""
+        return self._committed.input_position
 
     @property
     def closed(self) -> bool:

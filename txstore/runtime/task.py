@@ -92,6 +92,7 @@ from txstore.errors import (
     StoreClosedError,
     TaskCorruptedError,
 )
+from txstore.runtime.committed import check_not_ahead
 from txstore.runtime.database import Database
 from txstore.runtime.transaction import Transaction
 from txstore.stores.assembly import StoreKind, StoreStack
@@ -612,20 +613,4 @@ def _last_seq(log: FileChangelog) -> int:
 def _check_not_ahead(entry: _Entry, end: int, plan: RecoveryPlan | None = None) -> None:
     """Raise :class:`TaskCorruptedError` if the store of ``entry`` committed past the changelog
     offset ``end`` (its changelog's end, or where the recovery ``plan`` would leave it)."""
-    committed = entry.raw.committed_offset
-    if committed is None or committed <= end:
-        return
-    log = entry.log
-    if plan is None:
-        raise TaskCorruptedError(
-            f"store {entry.name!r} is at changelog offset {committed} but its changelog "
-            f"{log.path!r} ends at {end}: the changelog lost committed data; wipe the store "
-            "and restore it from the changelog, or restore the changelog; nothing was changed"
-        )
-    raise TaskCorruptedError(
-        f"task commit {plan.incomplete} is missing from the changelogs of {plan.lacking}, but "
-        f"store {entry.name!r} committed it (it is at changelog offset {committed}; undoing the "
-        f"commit would end its changelog {log.path!r} at {end}): the commit was complete, so "
-        f"the changelogs of {plan.lacking} lost committed data. Restore them, or wipe their "
-        "stores and restore them; nothing was changed"
-    )
+    check_not_ahead(entry.name, entry.raw.committed_offset, entry.log.path, end, plan)
