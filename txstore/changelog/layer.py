@@ -23,7 +23,7 @@ writes nothing, where writing the store first left a write in it that its change
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,10 @@ class RecordContext:
     headers: bytes = b""
 
 
+def _open() -> None:
+    """The gate of a changelog that takes writes at any time."""
+
+
 class _ChangeLogging:
     """Forwards everything to the wrapped bytes store; subclasses log the writes."""
 
@@ -62,6 +66,9 @@ class _ChangeLogging:
         self.changelog = changelog
         self.format = ValueFormat(fmt)
         self.context = context
+        # A task's changelog refuses writes before the task is initialized, before the store
+        # is written (``TaskChangelog.check_append``).
+        self._gate: Callable[[], None] = getattr(changelog, "check_append", _open)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -87,6 +94,7 @@ class _ChangeLogging:
     def _record(self, key: bytes, raw: bytes | None) -> tuple[bytes, bytes | None, int, bytes]:
         """The changelog record of writing ``raw`` under ``key``, checked as the changelog
         checks it (a typed error for a record it would refuse)."""
+        self._gate()
         ctx = self.context
         rec: tuple[bytes, bytes | None, int, bytes]
         if raw is None:

@@ -172,6 +172,10 @@ class Partition(PartitionWrites):
         """What the page walk at open read (``None``: not walked)."""
         self.write_generation = None if self.readonly else 0
         data = os.path.join(self.path, "data")
+        existed = os.path.isfile(os.path.join(data, "data.mdb"))
+        self.last_writer_closed_cleanly: bool | None = None
+        """A writer's open: whether the partition's last writer closed it normally (its
+        clean-close marker was there); ``None`` for a new partition or a read-only open."""
         if self.readonly:
             if not os.path.isfile(os.path.join(data, "data.mdb")):
                 raise StorageError(
@@ -190,6 +194,7 @@ class Partition(PartitionWrites):
             if not self.readonly:
                 self._lock_fd = lock_writer(self.path)
                 clean = take_clean_close(self.path, self.sync)
+                self.last_writer_closed_cleanly = clean if existed else None
                 if mode == "always" or (mode == "auto" and not clean):
                     self.page_walk = walk_data_file(os.path.join(data, "data.mdb"))
                 self._mark_on_close = True

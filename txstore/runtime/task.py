@@ -65,18 +65,13 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from txstore import codecs, faults
-from txstore.changelog.coordination import (
-    RecoveryPlan,
-    commit_metadata,
-    plan_recovery,
-    read_commit_metadata,
-)
+from txstore.changelog.coordination import commit_metadata, plan_recovery
 from txstore.changelog.layer import (
     RecordContext,
 )
@@ -90,17 +85,36 @@ from txstore.errors import (
     InvalidTypeError,
     OffsetError,
     StoreClosedError,
+    StoreNotChangeloggedError,
     TaskCorruptedError,
 )
 from txstore.runtime.database import Database
+from txstore.runtime.task_support import (
+    PartialCommit,
+    RestoreProgress,
+    RestoreReport,
+    StoreEntry,
+    StoreNames,
+    TaskChangelog,
+    check_not_ahead,
+    last_seq,
+    not_changelogged,
+)
 from txstore.runtime.transaction import Transaction
-from txstore.stores.assembly import StoreKind, StoreStack
+from txstore.stores.assembly import StoreKind
 from txstore.stores.builders import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
 from txstore.stores.kv import KeyValueStore
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore
 
-__all__ = ["RecordContext", "RestoreProgress", "RestoreReport", "Task", "TaskCorruptedError"]
+__all__ = [
+    "RecordContext",
+    "RestoreProgress",
+    "RestoreReport",
+    "Task",
+    "TaskChangelog",
+    "TaskCorruptedError",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -118,58 +132,9 @@ CLEAN_EVERY = 100
 CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 3600 * 1000
 
 
-@dataclass(frozen=True)
-class RestoreProgress:
-    """Passed to the restore progress callback after each batch."""
-
-    store: str
-    restored: int
-    total: int
-
-
-@dataclass
-class RestoreReport:
-    """What :meth:`Task.initialize` did."""
-
-    rolled_back: dict[str, int] = field(default_factory=dict)
-    restored: dict[str, int] = field(default_factory=dict)
-    discarded_uncommitted: bool = False
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """A store of the task, as the lifecycle sees it: its layers under the typed store."""
-
-    name: str
-    kind: StoreKind
-    format: ValueFormat
-    raw: Any  # the bytes store, unlogged (restore writes here)
-    log: FileChangelog
-
-    @classmethod
-    def of(cls, stack: StoreStack) -> _Entry:
-        log = stack.changelog
-        assert isinstance(log, FileChangelog), "a task's stores are opened with changelogs"
-        return cls(stack.name, stack.kind, stack.stored_format, stack.bytes_store, log)
-
-
 #: The marker metadata of a task commit (kept under this name for perf/bench_restore.py, which
 #: writes task changelogs directly).
 _commit_metadata = commit_metadata
-
-
-@dataclass
-class _PartialCommit:
-    """A task commit that failed after some changelogs committed it: its sequence number and
-    input position, the stores taking part, the changelogs that hold it (``done``), and each
-    changelog's end offset when it failed (more records since: processing went on)."""
-
-    seq: int
-    position: int
-    names: list[str]
-    done: set[str] = field(default_factory=set)
-    ends: dict[str, int] = field(default_factory=dict)
 
 
 class Task:
@@ -214,7 +179,7 @@ class Task:
         self._state = "created"
         self._seq = 0
         self._input_position: int | None = None
-        self._partial: _PartialCommit | None = None
+        self._partial: PartialCommit | None = None
         self._commits = 0
         self._memory = MemoryPartition(overlay_budget_bytes=overlay_budget_bytes)
         self.db = Database(
@@ -227,18 +192,25 @@ class Task:
 
     # ---- stores ---------------------------------------------------------------------------
 
-    def changelog_for(
+    def open_changelog(
         self, name: str, kind: StoreKind, retention_period: int | None
     ) -> FileChangelog:
-        """The changelog of store ``name`` in ``<path>/changelog/<name>/``: compacted for a
-        key-value store, compacted and deleted after the store's retention plus
-        :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
+        """Create or open the changelog of store ``name`` in ``<path>/changelog/<name>/``:
+        compacted for a key-value store, compacted and deleted after the store's retention
+        plus :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
 
         Called by :func:`~txstore.stores.assembly.assemble` for every store opened in
-        :attr:`db`, whichever way. Raises :class:`~txstore.errors.InvalidStateStoreError`
-        once the task is initialized (stores are added before :meth:`initialize`).
+        :attr:`db`, whichever way; to get the changelog of an open store, use
+        :meth:`changelog`. Raises :class:`~txstore.errors.InvalidStateStoreError` once the
+        task is initialized (stores are added before :meth:`initialize`), and
+        :class:`~txstore.errors.StoreNotChangeloggedError` for a store committed without a
+        changelog (by :func:`txstore.open`), before creating anything.
         """
         self._check_created()
+        where = self.path / "changelog" / name
+        committed = self.db.partition.committed_offset(name)
+        if committed and not where.exists():
+            raise StoreNotChangeloggedError(not_changelogged(name, committed, str(where)))
         options: dict[str, Any] = {}
         policy = CleanupPolicy.COMPACT
         if kind != "key_value" and retention_period is not None:
@@ -248,8 +220,39 @@ class Task:
         # Scanned now (damage raises before anything is written), repaired by initialize()
         # once every changelog of the task was checked.
         options["repair"] = False
-        return FileChangelog(
-            self.path / "changelog" / name, cleanup_policy=policy, fsync=self.sync, **options
+        return TaskChangelog(
+            where,
+            task_state=lambda: self._state,
+            cleanup_policy=policy,
+            fsync=self.sync,
+            **options,
+        )
+
+    def changelog_for(
+        self, name: str, kind: StoreKind, retention_period: int | None
+    ) -> FileChangelog:
+        """Deprecated name of :meth:`open_changelog` (it creates the changelog; the
+        changelog of an open store is :meth:`changelog`)."""
+        warnings.warn(
+            "Task.changelog_for() is deprecated: it creates a changelog, use "
+            "Task.open_changelog(); the changelog of an open store is Task.changelog(name)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.open_changelog(name, kind, retention_period)
+
+    def changelog(self, name: str) -> TaskChangelog:
+        """The changelog of the open store ``name`` (a
+        :class:`~txstore.runtime.task_support.TaskChangelog`): read it as any changelog
+        (``read_committed()``, ``committed_end_offset``...); it refuses commits of its own
+        (commit with :meth:`commit`). O(stores). Raises
+        :class:`~txstore.errors.InvalidArgumentError` for a store not open in this task."""
+        for stack in self.db.stacks():
+            if stack.name == name:
+                assert isinstance(stack.changelog, TaskChangelog)
+                return stack.changelog
+        raise InvalidArgumentError(
+            f"task {self.path} has no open store {name!r}; its stores: {self.store_names()}"
         )
 
     @property
@@ -285,19 +288,23 @@ class Task:
         return self.db.open_session_store(builder)
 
     @property
-    def _entries(self) -> dict[str, _Entry]:
-        return {s.name: _Entry.of(s) for s in self.db.stacks()}
+    def _entries(self) -> dict[str, StoreEntry]:
+        return {s.name: StoreEntry.of(s) for s in self.db.stacks()}
 
     def store(self, name: str) -> Any:
         """A store of this task by name: the handle its opening returned (``db.store``)."""
-        if name not in self.store_names:
-            raise InvalidArgumentError(f"task {self.path} has no store {name!r}")
+        if name not in self.store_names():
+            raise InvalidArgumentError(
+                f"task {self.path} has no store {name!r}; its stores: {self.store_names()}"
+            )
         return self.db.store(name)
 
     @property
-    def store_names(self) -> list[str]:
-        """The names of the task's stores, sorted."""
-        return sorted(s.name for s in self.db.stacks())
+    def store_names(self) -> StoreNames:
+        """The names of the task's open stores, sorted: ``task.store_names()`` (a method, as
+        :meth:`Database.store_names`); the old spelling without the call,
+        ``task.store_names``, still reads as that list. O(stores)."""
+        return StoreNames(sorted(s.name for s in self.db.stacks()))
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -315,6 +322,7 @@ class Task:
         self._check_created()
         started = time.perf_counter()
         report = RestoreReport()
+        report.unclean_shutdown = self.db.partition.last_writer_closed_cleanly is False
         self._repair_changelogs(report)
         for entry in self._entries.values():
             committed_end = entry.log.committed_end_offset
@@ -340,12 +348,18 @@ class Task:
                         logs[d.name] = log
             # 1. check: nothing below writes until every changelog and store agreed
             for entry in entries.values():
-                _check_not_ahead(entry, entry.log.committed_end_offset)
+                _not_ahead(entry, entry.log.committed_end_offset)
             plan = plan_recovery(logs)
             for entry in entries.values():
-                _check_not_ahead(entry, plan.ends[entry.name], plan)
+                _not_ahead(entry, plan.ends[entry.name], plan)
             # 2. repair: torn tails, then the changelogs ahead of the last complete commit
-            for log in logs.values():
+            for name, log in logs.items():
+                found = log.recovered
+                if found is not None and found.needs_repair:
+                    cut = (found.tail_end_offset or 0) - log.committed_end_offset
+                    if cut > 0:
+                        report.discarded[name] = cut
+                    report.discarded_uncommitted |= bool(cut > 0 or found.truncated_bytes)
                 log.repair()
             for name, count in plan.undo.items():
                 for _ in range(count):
@@ -358,10 +372,12 @@ class Task:
             for log in others:
                 log.close()
 
-    def _restore(self, entry: _Entry, progress: Callable[[RestoreProgress], None] | None) -> int:
+    def _restore(
+        self, entry: StoreEntry, progress: Callable[[RestoreProgress], None] | None
+    ) -> int:
         log, raw = entry.log, entry.raw
         end = log.committed_end_offset
-        _check_not_ahead(entry, end)
+        _not_ahead(entry, end)
         start = raw.committed_offset
         if start is None:
             start = log.log_start_offset
@@ -386,7 +402,9 @@ class Task:
             if entry.kind == "key_value":
                 raw.put_all(pairs)
             else:
-                raw.restore(pairs)
+                applied = raw.restore(pairs)
+                if raw.in_memory:  # Kafka's in-memory stores count what restore drops
+                    raw.dropped_records += n - applied
             raw.commit(offsets[n - 1] + 1)
             restored += n
             for column in (offsets, keys, values, stamps, headers):
@@ -436,10 +454,10 @@ class Task:
         seq = self._seq + 1
         # Which changelogs hold this commit already is read from them, not remembered: a
         # changelog never gets a sequence number twice, however the last attempt ended.
-        done = {e.name for e in entries if _last_seq(e.log) >= seq}
+        done = {e.name for e in entries if last_seq(e.log) >= seq}
         partial = self._partial
         if partial is not None or done:
-            partial = partial or _PartialCommit(seq, -1, names)
+            partial = partial or PartialCommit(seq, -1, names)
             partial.done = done
             self._check_resumable(partial, position, entries)
         todo = [e for e in entries if e.name not in done]
@@ -460,10 +478,10 @@ class Task:
                 if i < len(todo) - 1:
                     faults.point("task.between_changelog_commits")
         except BaseException:
-            held = {e.name for e in entries if _last_seq(e.log) >= seq}
+            held = {e.name for e in entries if last_seq(e.log) >= seq}
             if held:  # some changelogs hold this commit: it is finished or undone, never redone
                 ends = {e.name: e.log.end_offset for e in entries}
-                self._partial = _PartialCommit(seq, position, names, held, ends)
+                self._partial = PartialCommit(seq, position, names, held, ends)
             raise
         # Every changelog holds the commit: it is durable (recovery replays what the stores
         # miss), whatever happens to the store commit below.
@@ -496,7 +514,7 @@ class Task:
         return int(position)
 
     def _check_resumable(
-        self, partial: _PartialCommit, position: int, entries: list[_Entry]
+        self, partial: PartialCommit, position: int, entries: list[StoreEntry]
     ) -> None:
         """Refuse to go on after a commit that failed part way unless this is its retry."""
         grown = [e.name for e in entries if e.log.end_offset != partial.ends.get(e.name)]
@@ -546,7 +564,7 @@ class Task:
         for entry in entries.values():  # refused before anything is undone
             entry.log.check_writable()
         for name in sorted(entries):  # a commit that failed after some changelogs got it
-            if _last_seq(entries[name].log) > self._seq:
+            if last_seq(entries[name].log) > self._seq:
                 entries[name].log.rollback_last_commit()
         self._partial = None
         for entry in entries.values():
@@ -604,28 +622,6 @@ class Task:
         self.close()
 
 
-def _last_seq(log: FileChangelog) -> int:
-    """The task commit sequence number of the changelog's last commit (0: none)."""
-    return read_commit_metadata(log.last_committed_metadata)[0]
-
-
-def _check_not_ahead(entry: _Entry, end: int, plan: RecoveryPlan | None = None) -> None:
-    """Raise :class:`TaskCorruptedError` if the store of ``entry`` committed past the changelog
-    offset ``end`` (its changelog's end, or where the recovery ``plan`` would leave it)."""
-    committed = entry.raw.committed_offset
-    if committed is None or committed <= end:
-        return
-    log = entry.log
-    if plan is None:
-        raise TaskCorruptedError(
-            f"store {entry.name!r} is at changelog offset {committed} but its changelog "
-            f"{log.path!r} ends at {end}: the changelog lost committed data; wipe the store "
-            "and restore it from the changelog, or restore the changelog; nothing was changed"
-        )
-    raise TaskCorruptedError(
-        f"task commit {plan.incomplete} is missing from the changelogs of {plan.lacking}, but "
-        f"store {entry.name!r} committed it (it is at changelog offset {committed}; undoing the "
-        f"commit would end its changelog {log.path!r} at {end}): the commit was complete, so "
-        f"the changelogs of {plan.lacking} lost committed data. Restore them, or wipe their "
-        "stores and restore them; nothing was changed"
-    )
+def _not_ahead(entry: StoreEntry, end: int, plan: Any = None) -> None:
+    """:func:`~txstore.runtime.task_support.check_not_ahead` of a store of the task."""
+    check_not_ahead(entry.name, entry.raw.committed_offset, entry.log, end, plan)

@@ -128,7 +128,7 @@ class StoreHost(Protocol):
 class ChangelogSource(Protocol):
     """Who gives the stores of a partition their changelogs (a task does).
 
-    ``changelog_for`` is called once per store, after its metadata is registered; it may
+    ``open_changelog`` is called once per store, after its metadata is registered; it may
     refuse with a typed error (a task refuses stores once it is running).
     """
 
@@ -137,7 +137,7 @@ class ChangelogSource(Protocol):
         """The record being processed: its timestamp and headers go into changelog records."""
         ...
 
-    def changelog_for(self, name: str, kind: StoreKind, retention_period: int | None) -> Changelog:
+    def open_changelog(self, name: str, kind: StoreKind, retention_period: int | None) -> Changelog:
         """The changelog of store ``name`` (created on first use)."""
         ...
 
@@ -327,7 +327,7 @@ def assemble(
     inner: Any = raw
     if changelogs is not None:
         retention = None if kind == "key_value" else int(meta["retention"])
-        changelog = changelogs.changelog_for(name, kind, retention)
+        changelog = changelogs.open_changelog(name, kind, retention)
         context = changelogs.context
         if isinstance(raw, SegmentedBytesStore):
             retain = bool(meta.get("retain_duplicates", False))
