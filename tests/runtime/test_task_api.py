@@ -19,6 +19,7 @@ from txstore.errors import (
     InvalidArgumentError,
     InvalidStateStoreError,
     StoreNotChangeloggedError,
+    UncommittedWritesWarning,
     UnsupportedOperationError,
 )
 from txstore.runtime.task import Task, TaskChangelog
@@ -77,9 +78,8 @@ def test_a_changelog_that_lost_every_record_gets_no_advice_to_wipe(tmp_path: Pat
 def test_writes_before_initialize_are_refused(tmp_path: Path) -> None:
     """A put before initialize() raises (as commit() does) before the store is written;
     the writes used to be accepted and then vanish at initialize()."""
-    task = Task(tmp_path)
+    task, counts = open_counts(tmp_path)
     with task:
-        counts = task.key_value_store(counts_builder())  # type: ignore[arg-type]
         clicks = task.window_store(
             Stores.window_store_builder(
                 Stores.persistent_window_store("clicks", 3_600_000, 60_000, False),
@@ -113,6 +113,7 @@ def test_a_plain_commit_of_a_tasks_changelog_is_refused(tmp_path: Path) -> None:
         with pytest.raises(UnsupportedOperationError, match=r"Task\.commit"):
             log.commit(8)
         assert log.committed_end_offset == 1
+        task.abort()
     task, counts = open_counts(tmp_path)
     with task:
         task.initialize()
@@ -206,3 +207,25 @@ def test_records_an_in_memory_window_store_drops_on_restore_are_counted(tmp_path
         assert report.restored == {"w": 2}
         assert store.dropped_records == 1
         assert store.fetch("old", 0) is None and store.fetch("new", 100_000) == 2
+
+
+def test_closing_a_task_with_uncommitted_writes_warns(tmp_path: Path) -> None:
+    """close() keeps Kafka's semantics (uncommitted work is discarded) and says so with an
+    UncommittedWritesWarning naming the store; leaving a with block by an exception aborts
+    without a warning; a close after a commit is silent."""
+    task, counts = open_counts(tmp_path)
+    task.initialize()
+    counts.put("a", 1)
+    with pytest.warns(UncommittedWritesWarning, match=r"stores \['counts'\]"):
+        task.close()
+    task, counts = open_counts(tmp_path)
+    with pytest.raises(KeyError), task:
+        task.initialize()
+        counts.put("a", 1)
+        raise KeyError("bad input")
+    task, counts = open_counts(tmp_path)
+    with task:
+        task.initialize()
+        assert counts.get("a") is None
+        counts.put("a", 2)
+        task.commit(1)

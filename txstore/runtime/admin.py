@@ -145,8 +145,11 @@ def get(path: str | os.PathLike[str], store: str, key_text: str) -> tuple[int | 
     first = next(iter(parts.values()))
     with Partition(first, readonly=True) as part:
         meta = part.store_meta(store)
+        names = part.store_names()
     if meta is None:
-        raise InvalidArgumentError(f"no store {store!r} in {str(path)!r}")
+        raise InvalidArgumentError(
+            f"no store {store!r} in {str(path)!r}; stores: {', '.join(names) or 'none'}"
+        )
     decoder = RowDecoder(meta)
     kb = decoder.encode_key(parse_key(key_text, meta.get("key_serde", "string")))
     order = list(parts)

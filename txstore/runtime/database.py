@@ -34,6 +34,7 @@ from txstore.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     StoreClosedError,
+    UncommittedWritesWarning,
     UnsupportedOperationError,
 )
 from txstore.runtime.snapshot import Manifest, snapshot_partition
@@ -60,7 +61,7 @@ from txstore.stores.serdes import Serde, Serdes
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore
 
-__all__ = ["Database", "open"]
+__all__ = ["Database", "check_not_a_file", "open"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -436,24 +437,60 @@ class Database:
         self._check_open()
         return snapshot_partition(self.partition, dest)
 
+    def uncommitted_stores(self) -> list[str]:
+        """The open stores of this database holding writes not yet committed, sorted.
+        O(open stores)."""
+        return sorted(
+            s.name
+            for s in self._stacks.values()
+            if s.store.is_open and s.bytes_store.approximate_num_uncommitted_bytes() > 0
+        )
+
     def close(self) -> None:
-        """Close every store and the environment; idempotent. Uncommitted writes are lost.
+        """Close every store and the environment; idempotent. Uncommitted writes are
+        discarded, as in Kafka Streams (what was not committed is processed again), with an
+        :class:`~txstore.errors.UncommittedWritesWarning` naming the stores (none when a
+        ``with`` block is left by an exception: that is a rollback).
 
         O(open stores + their open iterators + staged writes); nothing is written.
         """
+        self._close(warn=True, stacklevel=3)
+
+    def _close(self, *, warn: bool, stacklevel: int) -> None:
+        pending: list[str] = []
+        if warn and self.changelogs is None and not self.closed:
+            pending = self.uncommitted_stores()
         for stack in self._stacks.values():
             stack.store.close()
         self.partition.close()
+        if pending:  # once closed: a warning turned into an error leaks nothing
+            warnings.warn(
+                f"closing {self.path} discarded the uncommitted writes of stores {pending}: "
+                "commit them first (db.commit(offsets) or store.commit(offset)), or leave the "
+                "with block by an exception to roll back without this warning",
+                UncommittedWritesWarning,
+                stacklevel=stacklevel,
+            )
 
     def __enter__(self) -> Database:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close(warn=exc[0] is None, stacklevel=4)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<txstore.Database {self.path!r} {state}>"
+
+
+def check_not_a_file(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`~txstore.errors.InvalidArgumentError` if ``path`` is a file (a partition
+    is a directory); it was a bare ``NotADirectoryError``."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InvalidArgumentError(
+            f"{os.fspath(path)!r} is a file: a partition is a directory (txstore.open "
+            "creates it; a state directory holds one per partition)"
+        )
 
 
 def open(
@@ -493,8 +530,10 @@ def open(
     it from its changelogs); :class:`~txstore.errors.DamagedFileError` (a ``StorageError``)
     for a truncated or unreadable ``data/data.mdb`` or a damaged page the walk found;
     :class:`~txstore.errors.InvalidTypeError` or :class:`~txstore.errors.InvalidArgumentError`
-    for a size that is not a positive ``int`` or a ``verify`` that is not one of the three.
+    for a size that is not a positive ``int`` or a ``verify`` that is not one of the three,
+    and ``InvalidArgumentError`` for a ``path`` that is a file.
     """
+    check_not_a_file(path)
     return Database(
         path,
         readonly=readonly,

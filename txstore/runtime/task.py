@@ -70,13 +70,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from txstore import codecs, faults
+from txstore import faults
 from txstore.changelog.coordination import commit_metadata, plan_recovery
 from txstore.changelog.layer import (
     RecordContext,
 )
 from txstore.changelog.log import CleanupPolicy, FileChangelog
-from txstore.codecs import ValueFormat
 from txstore.engine.memory import MemoryPartition
 from txstore.errors import (
     IllegalStateError,
@@ -87,8 +86,9 @@ from txstore.errors import (
     StoreClosedError,
     StoreNotChangeloggedError,
     TaskCorruptedError,
+    UncommittedWritesWarning,
 )
-from txstore.runtime.database import Database
+from txstore.runtime.database import Database, check_not_a_file
 from txstore.runtime.task_support import (
     PartialCommit,
     RestoreProgress,
@@ -97,8 +97,10 @@ from txstore.runtime.task_support import (
     StoreNames,
     TaskChangelog,
     check_not_ahead,
+    has_uncommitted,
     last_seq,
     not_changelogged,
+    restore_store,
 )
 from txstore.runtime.transaction import Transaction
 from txstore.stores.assembly import StoreKind
@@ -171,6 +173,7 @@ class Task:
         changelog_options: dict[str, Any] | None = None,
         verify: str | None = None,
     ) -> None:
+        check_not_a_file(path)
         self.path = Path(path)
         self.sync = sync
         self._restore_bytes = max(1, overlay_budget_bytes // 2)
@@ -375,67 +378,7 @@ class Task:
     def _restore(
         self, entry: StoreEntry, progress: Callable[[RestoreProgress], None] | None
     ) -> int:
-        log, raw = entry.log, entry.raw
-        end = log.committed_end_offset
-        _not_ahead(entry, end)
-        start = raw.committed_offset
-        if start is None:
-            start = log.log_start_offset
-        total = end - start
-        restored = 0
-        if total == 0:
-            return 0
-        pending_bytes = 0
-        offsets: list[int] = []
-        keys: list[bytes] = []
-        values: list[bytes | None] = []
-        stamps: list[int] = []
-        headers: list[bytes] = []
-
-        def flush(n: int) -> None:
-            nonlocal restored, pending_bytes
-            pending_bytes = 0
-            stored = values[:n]
-            if entry.format != ValueFormat.PLAIN:
-                stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
-            pairs = list(zip(keys[:n], stored, strict=True))
-            if entry.kind == "key_value":
-                raw.put_all(pairs)
-            else:
-                applied = raw.restore(pairs)
-                if raw.in_memory:  # Kafka's in-memory stores count what restore drops
-                    raw.dropped_records += n - applied
-            raw.commit(offsets[n - 1] + 1)
-            restored += n
-            for column in (offsets, keys, values, stamps, headers):
-                del column[:n]
-            faults.point("task.restore_batch")
-            if progress is not None:
-                progress(RestoreProgress(entry.name, restored, total))
-
-        with log.read_committed_batches(start) as batches:
-            for batch in batches:
-                n = len(batch)
-                if batch.offsets[0] >= end:
-                    break
-                if batch.offsets[-1] >= end:  # a concurrent writer's later commit: stop at end
-                    n = sum(1 for o in batch.offsets if o < end)
-                offsets.extend(batch.offsets[:n])
-                keys.extend(batch.keys[:n])
-                values.extend(batch.values[:n])
-                stamps.extend(batch.timestamps[:n])
-                headers.extend(batch.headers[:n])
-                pending_bytes += sum(map(len, batch.keys[:n])) + 128 * n
-                pending_bytes += sum(len(v) for v in batch.values[:n] if v is not None)
-                while len(keys) >= RESTORE_BATCH:
-                    flush(RESTORE_BATCH)
-                if keys and pending_bytes >= self._restore_bytes:
-                    flush(len(keys))
-        if keys:
-            flush(len(keys))
-        if raw.committed_offset != end:
-            raw.commit(end)  # a compacted tail leaves a gap after the last record
-        return restored
+        return restore_store(entry, progress, RESTORE_BATCH, self._restore_bytes)
 
     def commit(self, input_position: int) -> None:
         """Commit the processing done since the last commit, with ``input_position`` (where
@@ -605,21 +548,39 @@ class Task:
             raise InvalidStateStoreError("call initialize() before processing or committing")
 
     def close(self) -> None:
-        """Close the stores and changelogs; uncommitted work is discarded. Idempotent."""
+        """Close the stores and changelogs; idempotent. Uncommitted work is discarded, as in
+        Kafka Streams (it is processed again from :attr:`input_position`), with an
+        :class:`~txstore.errors.UncommittedWritesWarning` naming the stores (none when a
+        ``with`` block is left by an exception: that is an abort)."""
+        self._close(warn=True)
+
+    def _close(self, *, warn: bool) -> None:
         if self._state == "closed":
             return
+        pending: list[str] = []
+        if warn and self._state == "running":
+            logged = {s.name for s in self.db.stacks() if has_uncommitted(s)}
+            pending = sorted(logged | set(self.db.uncommitted_stores()))
         self._state = "closed"
         for stack in self.db.stacks():
             if stack.changelog is not None:
                 stack.changelog.close()
         self.db.close()
         self._memory.close()
+        if pending:  # once closed: a warning turned into an error leaks nothing
+            warnings.warn(
+                f"closing task {self.path} discarded the uncommitted writes of stores "
+                f"{pending}: commit them first (task.commit(input_position)), or leave the "
+                "with block by an exception to abort without this warning",
+                UncommittedWritesWarning,
+                stacklevel=3,
+            )
 
     def __enter__(self) -> Task:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close(warn=exc[0] is None)
 
 
 def _not_ahead(entry: StoreEntry, end: int, plan: Any = None) -> None:

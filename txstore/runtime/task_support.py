@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from txstore import codecs, faults
 from txstore.changelog.coordination import RecoveryPlan, read_commit_metadata
 from txstore.changelog.log import FileChangelog
 from txstore.codecs import ValueFormat
@@ -31,8 +32,10 @@ __all__ = [
     "StoreNames",
     "TaskChangelog",
     "check_not_ahead",
+    "has_uncommitted",
     "last_seq",
     "not_changelogged",
+    "restore_store",
 ]
 
 
@@ -159,6 +162,14 @@ class PartialCommit:
     ends: dict[str, int] = field(default_factory=dict)
 
 
+def has_uncommitted(stack: StoreStack) -> bool:
+    """Whether the changelog of ``stack`` holds records not yet committed."""
+    log = stack.changelog
+    if not isinstance(log, FileChangelog) or log.closed:
+        return False
+    return bool(log.end_offset > log.committed_end_offset)
+
+
 def last_seq(log: FileChangelog) -> int:
     """The task commit sequence number of the changelog's last commit (0: none)."""
     return read_commit_metadata(log.last_committed_metadata)[0]
@@ -205,3 +216,76 @@ def not_changelogged(name: str, committed: int, where: str) -> str:
         "directory with txstore.open, or copy the store's records into a store of a new task "
         "directory. Do not wipe it: its data exists only in the store; nothing was changed"
     )
+
+
+def restore_store(
+    entry: StoreEntry,
+    progress: Callable[[RestoreProgress], None] | None,
+    batch_records: int,
+    batch_bytes: int,
+) -> int:
+    """Replay the committed changelog records store ``entry`` misses (from its committed
+    offset to its changelog's committed end) into its bytes store, in batches of at most
+    ``batch_records`` records or about ``batch_bytes``, each committed with its offset;
+    returns how many. ``progress`` is called after each batch."""
+    log, raw = entry.log, entry.raw
+    end = log.committed_end_offset
+    check_not_ahead(entry.name, entry.raw.committed_offset, log, end, None)
+    start = raw.committed_offset
+    if start is None:
+        start = log.log_start_offset
+    total = end - start
+    restored = 0
+    if total == 0:
+        return 0
+    pending_bytes = 0
+    offsets: list[int] = []
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
+    stamps: list[int] = []
+    headers: list[bytes] = []
+
+    def flush(n: int) -> None:
+        nonlocal restored, pending_bytes
+        pending_bytes = 0
+        stored = values[:n]
+        if entry.format != ValueFormat.PLAIN:
+            stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
+        pairs = list(zip(keys[:n], stored, strict=True))
+        if entry.kind == "key_value":
+            raw.put_all(pairs)
+        else:
+            applied = raw.restore(pairs)
+            if raw.in_memory:  # Kafka's in-memory stores count what restore drops
+                raw.dropped_records += n - applied
+        raw.commit(offsets[n - 1] + 1)
+        restored += n
+        for column in (offsets, keys, values, stamps, headers):
+            del column[:n]
+        faults.point("task.restore_batch")
+        if progress is not None:
+            progress(RestoreProgress(entry.name, restored, total))
+
+    with log.read_committed_batches(start) as batches:
+        for batch in batches:
+            n = len(batch)
+            if batch.offsets[0] >= end:
+                break
+            if batch.offsets[-1] >= end:  # a concurrent writer's later commit: stop at end
+                n = sum(1 for o in batch.offsets if o < end)
+            offsets.extend(batch.offsets[:n])
+            keys.extend(batch.keys[:n])
+            values.extend(batch.values[:n])
+            stamps.extend(batch.timestamps[:n])
+            headers.extend(batch.headers[:n])
+            pending_bytes += sum(map(len, batch.keys[:n])) + 128 * n
+            pending_bytes += sum(len(v) for v in batch.values[:n] if v is not None)
+            while len(keys) >= batch_records:
+                flush(batch_records)
+            if keys and pending_bytes >= batch_bytes:
+                flush(len(keys))
+    if keys:
+        flush(len(keys))
+    if raw.committed_offset != end:
+        raw.commit(end)  # a compacted tail leaves a gap after the last record
+    return restored

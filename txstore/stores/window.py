@@ -554,8 +554,9 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
         self.retain_duplicates = retain_duplicates
         self.seqnum = 0  # of the last put (retain_duplicates); a restore continues it
 
-    def put(self, key: K, value: V | None, window_start_timestamp: int) -> None:
-        """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``.
+    def put(self, key: K, value: V | None, window_start_timestamp: int | _dt.datetime) -> None:
+        """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``
+        (epoch milliseconds, or an aware ``datetime`` as :meth:`fetch` takes).
 
         ``None`` deletes the window (a no-op with ``retain_duplicates``). A record whose
         segment has expired is dropped (counted in :attr:`dropped_records`, with Kafka's
@@ -567,7 +568,7 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
         :class:`TypedSegmentedStore`.
         """
         kb = self._key(key, 12)
-        ts = check_long("window_start_timestamp", window_start_timestamp)
+        ts = to_millis("window_start_timestamp", window_start_timestamp)
         raw = self._encode(value)
         if self.retain_duplicates:
             if raw is None:
