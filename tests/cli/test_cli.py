@@ -56,7 +56,8 @@ def test_help_lists_every_subcommand() -> None:
 def test_stat(state: Path) -> None:
     out = txstore("stat", str(state)).stdout
     assert "counts" in out and "HEADERS" in out
-    rows = [json.loads(line) for line in txstore("stat", str(state), "--json-lines").stdout.splitlines()]
+    out_lines = txstore("stat", str(state), "--json-lines").stdout.splitlines()
+    rows = [json.loads(line) for line in out_lines]
     assert {(r["partition"], r["store"]) for r in rows} == {
         (p, s) for p in (0, 1) for s in ("counts", "latest", "tagged")
     }
@@ -95,7 +96,8 @@ def test_a_store_made_at_the_bytes_level_is_inspected_like_the_others(tmp_path: 
 
 
 def test_offsets_and_check(state: Path) -> None:
-    rows = [json.loads(x) for x in txstore("offsets", str(state), "--json-lines").stdout.splitlines()]
+    out_lines = txstore("offsets", str(state), "--json-lines").stdout.splitlines()
+    rows = [json.loads(x) for x in out_lines]
     assert all(r["lag"] == 0 for r in rows)
     assert txstore("check", str(state)).stdout.strip().endswith("ok")
 

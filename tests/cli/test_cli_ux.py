@@ -47,7 +47,8 @@ def test_version_and_an_example_in_every_help() -> None:
 
 
 def test_dump_json_is_json_lines_of_plain_values_for_every_store_kind(state: Path) -> None:
-    stores = sorted({r["store"] for r in json_lines(txstore("stat", str(state), "--json-lines").stdout)})
+    stat = txstore("stat", str(state), "--json-lines").stdout
+    stores = sorted({r["store"] for r in json_lines(stat)})
     assert len(stores) == 10
     jq = shutil.which("jq")
     for store in stores:
@@ -117,7 +118,8 @@ def test_progress_bars_go_to_stderr_on_a_terminal_or_when_asked(state: Path) -> 
 def test_partitions_means_the_same_in_every_command(state: Path, tmp_path: Path) -> None:
     for args in (("dump", str(state), "kv_plain"), ("check", str(state)),
                  ("snapshot", str(state), str(tmp_path / "s"))):  # fmt: skip
-        only = txstore(*args, "--partitions", "1", "--json-lines", "-q" if args[0] != "dump" else "--raw")
+        last = "-q" if args[0] != "dump" else "--raw"
+        only = txstore(*args, "--partitions", "1", "--json-lines", last)
         rows = json_lines(only.stdout)
         if args[0] == "dump":
             assert {r["partition"] for r in rows} == {1}
