@@ -83,6 +83,7 @@ from txstore.engine.writer_lock import (
     INSPECTOR_WAIT_S,
     WRITER_LOCK,
     closed_cleanly,
+    hold_out_writers,
     lock_writer,
     mark_clean_close,
     take_clean_close,
@@ -186,10 +187,16 @@ class Partition(PartitionWrites):
             self._verify_readonly(data, mode)
         else:
             os.makedirs(data, exist_ok=True)
+        # A reader without write access to lock.mdb (another user's state, a backup) opens it
+        # as py-lmdb can: without LMDB's lock table, holding writers out while it reads.
+        lockless = self.readonly and not _lock_table_writable(data)
         try:
+            if lockless:
+                self._lock_fd = hold_out_writers(self.path)
             self._sh = acquire_env(
-                data, self.path, self.readonly, self.sync, map_size, max_dbs, max_readers
-            )
+                data, self.path, self.readonly, self.sync, map_size, max_dbs, max_readers,
+                lock=not lockless,
+            )  # fmt: skip
             track_partition(self)
             if not self.readonly:
                 self._lock_fd = lock_writer(self.path)
@@ -248,3 +255,9 @@ class Partition(PartitionWrites):
                 )  # the environment is closed (or only read)
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _lock_table_writable(data: str) -> bool:
+    """Whether this process may write LMDB's ``lock.mdb`` in ``data`` (or create it)."""
+    lock = os.path.join(data, "lock.mdb")
+    return os.access(lock if os.path.exists(lock) else data, os.W_OK)

@@ -226,6 +226,7 @@ class Database:
         ...     seen = db.key_value_store("seen", Serdes.string(), Serdes.long(),
         ...                               format=ValueFormat.TIMESTAMPED)
         ...     seen.put("ada", ValueAndTimestamp(1, 1_700_000_000_000))
+        ...     seen.commit(1)
         ...     seen.get("ada").timestamp
         1700000000000
         """
@@ -359,6 +360,7 @@ class Database:
         ...         db.commit({"a": 6, "b": 4})          # b would go backwards
         ...     except txstore.OffsetError:
         ...         print("refused:", a.committed_offset, b.committed_offset)
+        ...     db.commit({"a": 6, "b": 6})
         refused: 5 5
         """
         self._check_open()
