@@ -22,6 +22,7 @@ from txstore.errors import (
     UncommittedWritesWarning,
     UnsupportedOperationError,
 )
+from txstore.runtime import admin
 from txstore.runtime.task import Task, TaskChangelog
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -159,13 +160,16 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_the_report_after_a_sigkill_says_what_was_discarded(tmp_path: Path) -> None:
     """After a SIGKILL with 50 uncommitted writes, the report says the last writer did not
     close cleanly and that 50 uncommitted records were discarded (it said
-    rolled_back={}, discarded_uncommitted=False); after a clean close it says neither."""
+    rolled_back={}, discarded_uncommitted=False), and `txstore check` notes the unclean
+    shutdown (it said ok, nothing more); after a clean close neither says so."""
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(KILLED_CHILD))
     state = tmp_path / "state"
     env = dict(os.environ, PYTHONPATH=ROOT)
     done = subprocess.run([sys.executable, str(script), str(state)], env=env, timeout=60)
     assert done.returncode == -signal.SIGKILL
+    report = admin.check(state)
+    assert report.ok and [n.what for n in report.notes] == ["unclean shutdown"]
     task, counts = open_counts(state)
     with task:
         report = task.initialize()
@@ -177,6 +181,7 @@ def test_the_report_after_a_sigkill_says_what_was_discarded(tmp_path: Path) -> N
         report = task.initialize()
         assert not report.unclean_shutdown and not report.discarded_uncommitted
         assert report.discarded == {}
+    assert admin.check(state).notes == []
 
 
 def test_records_an_in_memory_window_store_drops_on_restore_are_counted(tmp_path: Path) -> None:
