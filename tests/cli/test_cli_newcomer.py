@@ -95,3 +95,15 @@ def test_json_is_one_document_and_json_lines_one_per_line(state: Path) -> None:
     assert json.loads(empty) == []
     check = json.loads(txstore("check", str(state), "--json").stdout)
     assert check["ok"] is True
+
+
+def test_rows_name_the_partition_partition_id_as_spark_does(state: Path) -> None:
+    """One name for a partition's number in rows: partition_id, the Spark source's column
+    (after Spark's state reader); the old key partition stays for the scripts reading it."""
+    for args in (("stat", str(state)), ("dump", str(state), "counts"), ("offsets", str(state))):
+        rows = json.loads(txstore(*args, "--json").stdout)
+        assert all(r["partition_id"] == r["partition"] for r in rows), args
+        assert {r["partition_id"] for r in rows} == {0, 1}, args
+        assert list(rows[0])[0] == "partition_id"
+    got = json.loads(txstore("get", str(state), "counts", "k1", "--json").stdout)
+    assert got["partition_id"] == got["partition"] is not None

@@ -57,7 +57,7 @@ def test_dump_json_is_json_lines_of_plain_values_for_every_store_kind(state: Pat
             records = json_lines(text)  # every line is one JSON document
             assert records and {r["partition"] for r in records} == {0, 1}
             for r in records:
-                assert set(r) == {"partition", "key", "value"}
+                assert set(r) == {"partition_id", "partition", "key", "value"}
                 if store.startswith(("win", "ses")):  # windowed keys: key and window object
                     assert set(r["key"]) == {"key", "window"}
                     assert set(r["key"]["window"]) == {"start", "end"}

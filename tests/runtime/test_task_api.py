@@ -168,8 +168,8 @@ def test_the_report_after_a_sigkill_says_what_was_discarded(tmp_path: Path) -> N
     env = dict(os.environ, PYTHONPATH=ROOT)
     done = subprocess.run([sys.executable, str(script), str(state)], env=env, timeout=60)
     assert done.returncode == -signal.SIGKILL
-    report = admin.check(state)
-    assert report.ok and [n.what for n in report.notes] == ["unclean shutdown"]
+    checked = admin.check(state)
+    assert checked.ok and [n.what for n in checked.notes] == ["unclean shutdown"]
     task, counts = open_counts(state)
     with task:
         report = task.initialize()

@@ -25,6 +25,7 @@ from txstore.cli.common import (
     quiet_option,
     select_partitions,
     text_of,
+    with_partition_id,
 )
 
 __all__ = ["register"]
@@ -45,7 +46,7 @@ def _stat(path: str, as_json: bool, json_lines: bool) -> int:
 
     rows = admin.stat(path)
     if as_json or json_lines:
-        emit_json_rows(rows, lines=json_lines)
+        emit_json_rows(map(with_partition_id, rows), lines=json_lines)
         return EXIT_OK
     seen: set[object] = set()
     for r in rows:  # the partition's LMDB file: its size on the partition's first row only
@@ -91,7 +92,7 @@ def _dump(
         limit=limit,
     )
     if as_json or json_lines:
-        emit_json_rows(records, lines=json_lines)
+        emit_json_rows(map(with_partition_id, records), lines=json_lines)
         return EXIT_OK
     for rec in records:
         number = "" if rec["partition"] is None else rec["partition"]
@@ -113,7 +114,8 @@ def _get(path: str, store: str, key: str, as_json: bool, json_lines: bool) -> in
 
     partition, value = admin.get(path, store, key)
     if as_json or json_lines:
-        emit_json({"partition": partition, "store": store, "key": key, "value": value})
+        row = {"partition": partition, "store": store, "key": key, "value": value}
+        emit_json(with_partition_id(row))
     elif value is None:
         click.echo("(no value)")
     else:
@@ -133,7 +135,7 @@ def _offsets(path: str, as_json: bool, json_lines: bool) -> int:
 
     rows = admin.offsets(path)
     if as_json or json_lines:
-        emit_json_rows(rows, lines=json_lines)
+        emit_json_rows(map(with_partition_id, rows), lines=json_lines)
         return EXIT_OK
     print_table(rows, ["partition", "store", "store_offset", "changelog_end",
                        "input_position", "lag"])  # fmt: skip
@@ -181,7 +183,10 @@ def _check(
             report.notes += [dataclasses.replace(p, partition=number) for p in one.notes]
             bar.advance()
     if as_json or json_lines:
-        emit_json(dataclasses.asdict(report) | {"ok": report.ok})
+        doc = dataclasses.asdict(report) | {"ok": report.ok}
+        for kind in ("problems", "notes"):
+            doc[kind] = [with_partition_id(p) for p in doc[kind]]
+        emit_json(doc)
         return EXIT_OK if report.ok else EXIT_NEGATIVE
     read = f"{report.rows_read:,} rows and {report.changelog_records:,} changelog records"
     click.echo(f"{report.partitions} partition(s), {report.stores} store(s), {read} read")

@@ -53,6 +53,7 @@ __all__ = [
     "silence_stdout",
     "text_of",
     "to_plain",
+    "with_partition_id",
 ]
 
 EXIT_OK: Final = 0
@@ -266,6 +267,17 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     return str(value)
+
+
+def with_partition_id(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` with ``partition_id`` first: txstore's one name for a partition's number in
+    rows (Spark's state reader's, and the txstore Spark source's column; docs/concepts.md).
+    The old key ``partition`` stays, with the same value, for the scripts that read it.
+
+    >>> with_partition_id({"partition": 2, "key": "k"})
+    {'partition_id': 2, 'partition': 2, 'key': 'k'}
+    """
+    return {"partition_id": row.get("partition"), **row}
 
 
 def emit_json(value: Any) -> None:
