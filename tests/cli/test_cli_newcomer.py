@@ -104,6 +104,6 @@ def test_rows_name_the_partition_partition_id_as_spark_does(state: Path) -> None
         rows = json.loads(txstore(*args, "--json").stdout)
         assert all(r["partition_id"] == r["partition"] for r in rows), args
         assert {r["partition_id"] for r in rows} == {0, 1}, args
-        assert list(rows[0])[0] == "partition_id"
+        assert next(iter(rows[0])) == "partition_id"
     got = json.loads(txstore("get", str(state), "counts", "k1", "--json").stdout)
     assert got["partition_id"] == got["partition"] is not None

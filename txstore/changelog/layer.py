@@ -45,11 +45,16 @@ __all__ = [
 
 @dataclass
 class RecordContext:
-    """The timestamp and serialized headers of the input record being processed; the task sets
-    it before processing each record (Kafka's ``ProcessorContext`` record metadata)."""
+    """The timestamp and serialized headers of the input record being processed (Kafka's
+    ``ProcessorContext`` record metadata). Kafka Streams sets it for you; in txstore **you**
+    set it, ``task.context.timestamp = record_ms`` (and ``headers``), before processing each
+    record: the changelog records of its writes carry them. Unset, the timestamp is -1."""
 
     timestamp: int = -1
+    """The record's timestamp, epoch milliseconds (-1: none)."""
     headers: bytes = b""
+    """The record's headers in Kafka's serialized layout
+    (``txstore.codecs.encode_headers([("name", b"value")])``)."""
 
 
 def _open() -> None:

@@ -140,7 +140,12 @@ _commit_metadata = commit_metadata
 
 
 class Task:
-    """A task over the partition directory ``path`` (see the module docstring).
+    """A task over the partition directory ``path``: its stores, their changelogs and the
+    input position. Lifecycle: open the stores (:meth:`key_value_store`, :meth:`window_store`,
+    :meth:`session_store`), :meth:`initialize` (recover and restore), process (set
+    :attr:`context` to each input record's timestamp and headers, then write), :meth:`commit`
+    ``(input_position)``, :meth:`close`. What a crash at each point leaves and how
+    :meth:`initialize` repairs it: the runtime module's overview and ``docs/recovery.md``.
 
     ``sync`` applies to the LMDB commits and the changelog commits alike; ``changelog_options``
     are passed to each :class:`~txstore.changelog.log.FileChangelog` (``segment_bytes``...);
@@ -175,9 +180,14 @@ class Task:
     ) -> None:
         check_not_a_file(path)
         self.path = Path(path)
+        """The partition directory (its LMDB environment in ``data/``, changelogs in
+        ``changelog/<store>/``)."""
         self.sync = sync
+        """Whether commits are synced to disk (LMDB and changelogs alike)."""
         self._restore_bytes = max(1, overlay_budget_bytes // 2)
         self.context = RecordContext()
+        """The input record being processed: set its ``timestamp`` (and ``headers``) before
+        processing each record; they go into the changelog records of its writes."""
         self._changelog_options = dict(changelog_options or {})
         self._state = "created"
         self._seq = 0
@@ -192,6 +202,9 @@ class Task:
             changelogs=self,
             verify=verify,
         )
+        """The task's :class:`~txstore.runtime.database.Database`: its stores are opened
+        here (``builder.build(task.db)`` is :meth:`key_value_store`), committed by
+        :meth:`commit` only."""
 
     # ---- stores ---------------------------------------------------------------------------
 
@@ -314,9 +327,12 @@ class Task:
     def initialize(
         self, progress: Callable[[RestoreProgress], None] | None = None
     ) -> RestoreReport:
-        """Recover and restore every store; afterwards the task is running. See the module
-        docstring for what is repaired, and in which order. ``progress`` is called after every
-        restore batch.
+        """Recover and restore every store; afterwards the task is running. Recovery discards
+        what a crash left uncommitted and rolls back a task commit that reached only some
+        changelogs; restore replays each store's changelog from its committed offset (the
+        runtime module's overview and ``docs/recovery.md`` say what is repaired, in which
+        order). ``progress`` is called after every restore batch; the
+        :class:`~txstore.runtime.task_support.RestoreReport` says what was done.
 
         Raises :class:`~txstore.errors.ChangelogCorruptionError` for damaged committed data in
         a changelog (opening a store already raises it for the store's own changelog) and
@@ -386,9 +402,10 @@ class Task:
 
         ``input_position`` is an ``int`` (else :class:`~txstore.errors.InvalidTypeError`), at
         least 0 and at least the last committed one (else :class:`~txstore.errors.OffsetError`);
-        both are checked before anything is written. After a commit that failed part way,
-        see the module docstring: the retry with the same position finishes it, anything else
-        raises :class:`~txstore.errors.IllegalStateError`, a changelog that hit an I/O error
+        both are checked before anything is written. After a commit that failed part way
+        (the runtime module's overview, "A commit that fails"): the retry with the same
+        position finishes it, anything else raises
+        :class:`~txstore.errors.IllegalStateError`, a changelog that hit an I/O error
         :class:`~txstore.errors.StorageError`."""
         self._check_running()
         position = self._check_position(input_position)

@@ -39,6 +39,7 @@ inclusive; ``None`` as a range key is unbounded.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import struct
 from typing import Any, Generic, TypeVar, overload
 
@@ -111,6 +112,15 @@ def to_millis(name: str, value: object) -> int:
             raise InvalidArgumentError(f"{name} must be a timezone-aware datetime")
         return (value - _EPOCH) // _MS
     return check_long(name, value)
+
+
+#: The signature ``help()`` shows for methods whose forms differ by arity (``fetch``).
+_ARGS = inspect.Signature(
+    [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+    ]
+)
 
 
 class TypedSegmentedStore(Generic[K, V]):
@@ -384,6 +394,9 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
             return self._fetch(args + more, reverse=False)
         except SerializationError as exc:
             raise stored_bytes_error(self, a if d is _NO else (a, b), exc) from exc
+
+    # help() and inspect show the three forms' common shape, not the fast path's placeholders.
+    fetch.__signature__ = _ARGS  # type: ignore[attr-defined]
 
     @overload
     def backward_fetch(
