@@ -20,9 +20,7 @@ def test_the_tour_runs_twice_from_any_directory_without_activation(tmp_path: Pat
     script = tmp_path / "tour.py"
     script.write_text(EXPECT + "\n\n".join(checked(b) for b in local), encoding="utf-8")
     venv_bin = os.path.dirname(sys.executable)
-    path = os.pathsep.join(
-        p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin
-    )
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYSPARK_PYTHON")}
     env.update(PATH=path, PYTHONPATH=str(ROOT))
     for run in ("first", "second"):
