@@ -124,7 +124,9 @@ def test_a_plain_commit_of_a_tasks_changelog_is_refused(tmp_path: Path) -> None:
 def test_changelog_accessor_open_changelog_and_store_names(tmp_path: Path) -> None:
     """task.changelog(name) is the public accessor of a store's changelog (it read
     Task._entries before); open_changelog creates one, changelog_for is its deprecated name;
-    store_names reads as a list and is called as Database.store_names() is."""
+    store_names reads as a list and is called as Database.store_names() is; a StoreStack's
+    unlogged store is unlogged_store (bytes_store, its old name, meant something else on a
+    typed store)."""
     task, counts = open_counts(tmp_path)
     with task:
         assert task.store_names == ["counts"] and task.store_names() == ["counts"]
@@ -138,6 +140,11 @@ def test_changelog_accessor_open_changelog_and_store_names(tmp_path: Path) -> No
         task.commit(3)
         with task.changelog("counts").read_committed() as records:
             assert [(r.key, r.offset) for r in records] == [(b"a", 0)]
+        # One name, one thing: the bottom of the stack is its unlogged store; a typed store's
+        # bytes_store is the layer right under it (here the change-logging one).
+        [stack] = task.db.stacks()
+        assert stack.bytes_store is stack.unlogged_store is not counts.bytes_store
+        assert counts.bytes_store.changelog is task.changelog("counts")
 
 
 KILLED_CHILD = """

@@ -422,8 +422,8 @@ class Database:
 
         def rollback() -> None:
             for stack in stacks:
-                if stack.bytes_store.is_open:
-                    stack.bytes_store.recover(0)
+                if stack.unlogged_store.is_open:
+                    stack.unlogged_store.recover(0)
 
         return Transaction(lambda: self.commit(wanted), rollback)
 
@@ -445,7 +445,7 @@ class Database:
         return sorted(
             s.name
             for s in self._stacks.values()
-            if s.store.is_open and s.bytes_store.approximate_num_uncommitted_bytes() > 0
+            if s.store.is_open and s.unlogged_store.approximate_num_uncommitted_bytes() > 0
         )
 
     def close(self) -> None:

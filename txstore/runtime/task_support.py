@@ -146,7 +146,7 @@ class StoreEntry:
     def of(cls, stack: StoreStack) -> StoreEntry:
         log = stack.changelog
         assert isinstance(log, FileChangelog), "a task's stores are opened with changelogs"
-        return cls(stack.name, stack.kind, stack.stored_format, stack.bytes_store, log)
+        return cls(stack.name, stack.kind, stack.stored_format, stack.unlogged_store, log)
 
 
 @dataclass

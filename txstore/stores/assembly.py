@@ -153,17 +153,25 @@ class ChangelogSource(Protocol):
 class StoreStack:
     """Every layer of one open store.
 
-    ``store`` is the handle users get; ``bytes_store`` the bytes store under the
-    change-logging layer (restore writes there, without logging); ``changelog`` is ``None``
-    for a store without one; ``stored_format`` is the format of the bytes kept.
+    ``store`` is the handle users get; ``unlogged_store`` the bytes store at the bottom,
+    under the change-logging layer (restore writes there, without logging; a typed store's
+    ``store.bytes_store`` is the layer right under it, which for a task's store is the
+    change-logging one); ``changelog`` is ``None`` for a store without one;
+    ``stored_format`` is the format of the bytes kept.
     """
 
     name: str
     kind: StoreKind
     stored_format: ValueFormat
-    bytes_store: BytesStore
+    unlogged_store: BytesStore
     changelog: Changelog | None
     store: AnyStore
+
+    @property
+    def bytes_store(self) -> BytesStore:
+        """The old name of :attr:`unlogged_store` (it read like a typed store's
+        ``bytes_store``, which is the change-logging layer of a task's store)."""
+        return self.unlogged_store
 
 
 # ---- metadata ---------------------------------------------------------------------------

@@ -274,7 +274,8 @@ class StoreControl:
 
     @property
     def bytes_store(self) -> SegmentedBytesStore:
-        """The bytes store underneath (changelog restore, tests). O(1)."""
+        """The bytes layer under this store (a task's store: its change-logging layer, whose
+        writes are logged; the unlogged store is ``StoreStack.unlogged_store``). O(1)."""
         return self._inner
 
     @property
