@@ -1,8 +1,9 @@
 """The inspection commands of ``txstore``: ``stat``, ``dump``, ``get``, ``offsets``, ``check``.
 
 Each opens partitions read-only (:mod:`txstore.runtime.admin`), so it is safe next to a running
-writer, and prints a table or text lines, or JSON lines of plain values with ``--json``
-(:func:`txstore.cli.common.to_plain`). Exit codes: :mod:`txstore.cli.common`.
+writer, and prints a table or text lines, or plain values as one JSON document with
+``--json`` (JSON lines with ``--json-lines``; :func:`txstore.cli.common.to_plain`). Exit
+codes: :mod:`txstore.cli.common`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def _stat(path: str, as_json: bool, json_lines: bool) -> int:
         first = r["partition"] not in seen
         seen.add(r["partition"])
         r["data size"] = f"{r['partition_data_bytes'] / 2**20:.1f} MiB" if first else ""
-        r["changelog size"] = f"{r['changelog_bytes'] / 2**20:.1f} MiB"
+        logged = r["changelog_bytes"]  # 0: no changelog (a store of txstore.open)
+        r["changelog size"] = f"{logged / 2**20:.1f} MiB" if logged else "-"
     print_table(rows, ["partition", "store", "kind", "format", "entries", "committed_offset",
                        "key_serde", "value_serde", "data size", "changelog size"])  # fmt: skip
     return EXIT_OK

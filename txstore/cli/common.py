@@ -1,5 +1,6 @@
 """What every ``txstore`` command shares: exit codes, errors, the options that mean the same
-thing everywhere, JSON lines of plain values, tables and progress bars (rich, on stderr).
+thing everywhere, JSON of plain values (one document, or JSON lines), tables and progress bars
+(rich, on stderr).
 
 Exit codes (docs/cli.md, "Exit codes"), the same for every command:
 
@@ -224,7 +225,7 @@ def select_partitions(path: str, partitions: frozenset[int]) -> None:
         raise partition_not_found(path, missing, present)
 
 
-# ---- JSON lines of plain values -------------------------------------------------------------
+# ---- JSON of plain values -------------------------------------------------------------
 
 
 def to_plain(value: Any) -> Any:
