@@ -151,6 +151,9 @@ def test_check_next_to_a_live_spilling_writer_passes_and_reports_a_crashed_ones_
     dead = txstore("check", str(path), check=False)
     assert dead.returncode == 1
     assert dead.stdout.splitlines()[1:] == [
+        "NOTE unclean shutdown: the last writer of this partition did not close it (it was "
+        "killed or crashed); its next writer discards what it left uncommitted (a Task's "
+        "initialize() reports what)",
         f"PROBLEM leftover spill: {spill} holds uncommitted data of a crashed writer; opening "
         "the partition for writing (or recover()) deletes it",
         "1 problem(s)",

@@ -84,7 +84,9 @@ def test_values_keys_and_headers_decode_to_json_values(state: Path) -> None:
     [ts] = json_lines(txstore("dump", str(state), "win_ts", "--json-lines", "--limit", "1").stdout)
     assert isinstance(ts["value"]["value"], int) and isinstance(ts["value"]["timestamp"], int)
     [got] = json_lines(txstore("get", str(state), "kv_plain", "k1", "--json-lines").stdout)
-    assert set(got) == {"partition", "store", "key", "value"} and isinstance(got["value"], int)
+    assert set(got) == {"partition_id", "partition", "store", "key", "value"} and isinstance(
+        got["value"], int
+    )
     text = txstore("dump", str(state), "win_plain", "--limit", "1").stdout  # text: compact JSON
     partition, key, value = text.rstrip("\n").split("\t")
     assert partition == "0" and json.loads(key)["window"]["start"] == 0 and int(value) >= 0

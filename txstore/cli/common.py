@@ -192,7 +192,7 @@ def partition_not_found(path: str, missing: list[int], present: list[int]) -> cl
     """The one usage error (exit 2) of every command given ``--partitions`` that ``path``
     does not have.
 
-    >>> partition_not_found("state", [7], [0, 1]).format_message()
+    >>> partition_not_found("state", [7], [0, 1]).message
     'state has no partition 7 (its partitions: 0, 1)'
     """
     have = ", ".join(map(str, present)) or "none"
