@@ -478,7 +478,7 @@ class Database:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._close(warn=exc[0] is None, stacklevel=4)
+        self._close(warn=exc[0] is None, stacklevel=3)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
