@@ -57,10 +57,6 @@ class RecordContext:
     (``txstore.codecs.encode_headers([("name", b"value")])``)."""
 
 
-def _open() -> None:
-    """The gate of a changelog that takes writes at any time."""
-
-
 class _ChangeLogging:
     """Forwards everything to the wrapped bytes store; subclasses log the writes."""
 
@@ -72,8 +68,9 @@ class _ChangeLogging:
         self.format = ValueFormat(fmt)
         self.context = context
         # A task's changelog refuses writes before the task is initialized, before the store
-        # is written (``TaskChangelog.check_append``).
-        self._gate: Callable[[], None] = getattr(changelog, "check_append", _open)
+        # is written (``TaskChangelog.check_append``); asked until it first accepts (a task
+        # never goes back to created), so a running task's writes pay one ``is None``.
+        self._gate: Callable[[], None] | None = getattr(changelog, "check_append", None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -99,7 +96,9 @@ class _ChangeLogging:
     def _record(self, key: bytes, raw: bytes | None) -> tuple[bytes, bytes | None, int, bytes]:
         """The changelog record of writing ``raw`` under ``key``, checked as the changelog
         checks it (a typed error for a record it would refuse)."""
-        self._gate()
+        if self._gate is not None:
+            self._gate()
+            self._gate = None
         ctx = self.context
         rec: tuple[bytes, bytes | None, int, bytes]
         if raw is None:
