@@ -73,9 +73,9 @@ def _dump(
     """The committed records of STORE in PATH, partition by partition in key order, decoded
     by the store's recorded serdes: a line per record, PARTITION<TAB>KEY<TAB>VALUE (bytes as
     hex, structured keys and values as compact JSON), or a JSON array of objects with --json
-    (one object per line with --json-lines): {"partition": 0, "key": ..., "value": ...}; a
-    windowed key is {"key": ..., "window": {"start": ms, "end": ms}}, a timestamped value
-    {"value": ..., "timestamp": ms}.
+    (one object per line with --json-lines): {"partition_id": 0, "partition": 0, "key": ...,
+    "value": ...}; a windowed key is {"key": ..., "window": {"start": ms, "end": ms}}, a
+    timestamped value {"value": ..., "timestamp": ms}.
 
     \b
     Example:
