@@ -60,6 +60,16 @@ def test_a_plain_store_opened_as_a_task_is_refused_without_advice_to_wipe(tmp_pa
         assert db.key_value_store("counts", Serdes.string(), Serdes.long()).get("a") == 1
 
 
+def test_a_plain_store_committed_at_offset_0_is_refused_too(tmp_path: Path) -> None:
+    """Offset 0 is a commit too: its rows would be in the store and in no changelog."""
+    with txstore.open(tmp_path) as db:
+        counts = db.key_value_store("counts", Serdes.string(), Serdes.long())
+        counts.put("a", 1)
+        db.commit({"counts": 0})
+    with Task(tmp_path) as task, pytest.raises(StoreNotChangeloggedError, match="offset 0"):
+        task.key_value_store(counts_builder())  # type: ignore[arg-type]
+
+
 def test_a_changelog_that_lost_every_record_gets_no_advice_to_wipe(tmp_path: Path) -> None:
     """The store is ahead of a changelog that holds nothing: wiping the store would leave
     nothing, so the message does not say to."""

@@ -225,7 +225,7 @@ class Task:
         self._check_created()
         where = self.path / "changelog" / name
         committed = self.db.partition.committed_offset(name)
-        if committed and not where.exists():
+        if committed is not None and not where.exists():
             raise StoreNotChangeloggedError(not_changelogged(name, committed, str(where)))
         options: dict[str, Any] = {}
         policy = CleanupPolicy.COMPACT
