@@ -22,6 +22,7 @@ from txstore import codecs
 from txstore.bytestores.segment_check import skip_key_check
 from txstore.changelog.log import FileChangelog, interrupted_creation
 from txstore.engine.partition import Partition, writer_probe
+from txstore.engine.writer_lock import closed_cleanly
 from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.runtime import changelog_check, deep_check
 from txstore.runtime.catalog import RowDecoder, open_view
@@ -151,8 +152,11 @@ def get(path: str | os.PathLike[str], store: str, key_text: str) -> tuple[int | 
     first = next(iter(parts.values()))
     with Partition(first, readonly=True) as part:
         meta = part.store_meta(store)
+        names = part.store_names()
     if meta is None:
-        raise InvalidArgumentError(f"no store {store!r} in {str(path)!r}")
+        raise InvalidArgumentError(
+            f"no store {store!r} in {str(path)!r}; stores: {', '.join(names) or 'none'}"
+        )
     decoder = RowDecoder(meta)
     kb = decoder.encode_key(parse_key(key_text, meta.get("key_serde", "string")))
     order = list(parts)
@@ -263,6 +267,21 @@ def _check_spill(number: int | None, pdir: Path, report: CheckReport) -> None:
             )  # fmt: skip
 
 
+def _check_clean_close(number: int | None, pdir: Path, report: CheckReport) -> None:
+    """A note when the partition's last writer did not close it (killed or crashed): no
+    clean-close marker while no writer is alive. Not a problem: its next writer (a task's
+    ``initialize()``) discards what it left uncommitted and replays what the stores miss."""
+    if closed_cleanly(str(pdir)) or not (pdir / "data" / "data.mdb").is_file():
+        return
+    with writer_probe(pdir) as alive:
+        if alive is False and not closed_cleanly(str(pdir)):
+            report.notes.append(
+                Problem(number, "unclean shutdown", "the last writer of this partition did not "
+                        "close it (it was killed or crashed); its next writer discards what it "
+                        "left uncommitted (a Task's initialize() reports what)")
+            )  # fmt: skip
+
+
 def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
     """Verify a partition or state directory: every page of its LMDB file is sound (the page
     walk of :mod:`txstore.engine.lmdb_pages`), every store's metadata is readable and names a
@@ -281,6 +300,7 @@ def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
     for number, pdir in partitions_of(path).items():
         report.partitions += 1
         _check_spill(number, pdir, report)
+        _check_clean_close(number, pdir, report)
         try:
             # Every page of data.mdb walked before LMDB maps it (engine.lmdb_pages): a
             # damaged B-tree page is a problem here, not a SIGABRT in LMDB's assertions.

@@ -48,7 +48,6 @@ from typing import Any
 
 from txstore import codecs
 from txstore.changelog.coordination import (
-    RecoveryPlan,
     plan_recovery,
     read_commit_ends,
     read_commit_metadata,
@@ -64,11 +63,11 @@ from txstore.engine.replayed import ReplayedPartition
 from txstore.engine.writer_lock import writer_probe
 from txstore.errors import TaskCorruptedError
 from txstore.runtime.catalog import stored_format
+from txstore.runtime.task_support import check_not_ahead
 from txstore.stores.assembly import bytes_store
 
 __all__ = [
     "CommittedState",
-    "check_not_ahead",
     "committed_state",
     "open_committed",
     "replay_tail",
@@ -200,29 +199,6 @@ def _plan(partition: PartitionBase, dirs: list[Path], stores: set[str]) -> Commi
     finally:
         for log in logs.values():
             log.close()
-
-
-def check_not_ahead(
-    name: str, committed: int | None, log_path: str, end: int, plan: RecoveryPlan | None = None
-) -> None:
-    """Raise :class:`~txstore.errors.TaskCorruptedError` if store ``name``, committed at
-    changelog offset ``committed``, is past ``end``: its changelog's end, or where the recovery
-    ``plan`` leaves it. The one check (and message) of a task's recovery and of readers."""
-    if committed is None or committed <= end:
-        return
-    if plan is None:
-        raise TaskCorruptedError(
-            f"store {name!r} is at changelog offset {committed} but its changelog "
-            f"{log_path!r} ends at {end}: the changelog lost committed data; wipe the store "
-            "and restore it from the changelog, or restore the changelog; nothing was changed"
-        )
-    raise TaskCorruptedError(
-        f"task commit {plan.incomplete} is missing from the changelogs of {plan.lacking}, but "
-        f"store {name!r} committed it (it is at changelog offset {committed}; undoing the "
-        f"commit would end its changelog {log_path!r} at {end}): the commit was complete, so "
-        f"the changelogs of {plan.lacking} lost committed data. Restore them, or wipe their "
-        "stores and restore them; nothing was changed"
-    )
 
 
 def replay_tail(partition: ReplayedPartition, state: CommittedState) -> None:
