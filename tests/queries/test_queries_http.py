@@ -110,6 +110,8 @@ def test_point_queries_and_json_forms(served: Any) -> None:
     status, doc, r = call(server, "/v1/stores/counts/get?key=user-7")
     assert status == 200 and r.getheader("Content-Type") == "application/json; charset=utf-8"
     p = app.partition_for_key("counts", "user-7")
+    position = doc.pop("position")  # the committed offset the answer reflects
+    assert position == {str(p): app.committed_positions("counts")[p]}
     assert doc == {"key": "user-7", "value": 7, "found": True, "partition": p}
     assert call(server, "/v1/stores/counts/get?key=absent")[1]["found"] is False
     _, doc, _ = call(server, "/v1/stores/tagged/get?key=user-3")
@@ -194,6 +196,7 @@ def test_limits(served: Any) -> None:
     with QueryClient(str(server.address), token=TOKEN) as client:  # 100 keys, 50 a page
         assert sorted(kv.key for kv in client.all("counts")) == sorted(KEYS)
     _, doc, _ = call(server, "/v1/stores/counts/range?from=user-5&to=user-5")
+    assert sorted(doc.pop("position")) == ["0", "1", "2", "3"]  # every partition was read
     assert doc == {"items": [{"key": "user-5", "value": 5}], "truncated": False}
     status, doc, _ = call(server, "/v1/stores/counts/get", method="POST", body=b"x" * 5000)
     assert status == 413 and doc["error"] == "RequestTooLarge"
@@ -324,7 +327,7 @@ def test_server_refuses_remote_binding_by_default(tmp_path: Path) -> None:
 
 
 def test_client_reports_unreachable_instances() -> None:
-    client = QueryClient(f"127.0.0.1:{free_port()}", timeout=2)
+    client = QueryClient(f"127.0.0.1:{free_port()}", timeout=2, retry_timeout=0.3)
     with pytest.raises(QueryServiceError) as exc:
         client.get("counts", "x")
     assert exc.value.status == 0 and exc.value.error == "ConnectionError"
@@ -408,7 +411,8 @@ def test_window_and_session_endpoints(windowed: Any) -> None:
     ]
     doc = ok("/v1/stores/visits/sessions?key_from=k0&key_to=k9&earliest_end=0&latest_start=5000")
     assert len(doc["items"]) == 20
-    assert ok("/v1/stores/visits/session?key=k4&start=1000&end=2004") == {"value": 4, "found": True}
+    doc = ok("/v1/stores/visits/session?key=k4&start=1000&end=2004")
+    assert doc.pop("position") and doc == {"value": 4, "found": True}
     for path in (
         "/v1/stores/clicks/range",
         "/v1/stores/visits/all",
@@ -445,17 +449,21 @@ def test_window_and_session_client(windowed: Any) -> None:
 
 def test_malformed_requests_get_json_errors(served: Any) -> None:
     _, server = served
-    with socket.create_connection((server.address.host, server.address.port), timeout=5) as s:
-        headers = b"".join(b"X-%d: y\r\n" % i for i in range(120))
-        s.sendall(b"GET /v1/health HTTP/1.1\r\n" + headers + b"\r\n")
-        data = b""
-        while chunk := s.recv(4096):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.") and b" 431 " in head.split(b"\r\n")[0]
-    assert json.loads(body)["status"] == 431
+    """A header block above 16 KiB: 431; a request without Host: 400; JSON bodies."""
+    for headers, status in (
+        (b"Host: x\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"y" * 250) for i in range(400)), 431),
+        (b"".join(b"X-%d: y\r\n" % i for i in range(120)), 400),
+    ):
+        with socket.create_connection((server.address.host, server.address.port), timeout=5) as s:
+            s.sendall(b"GET /v1/health HTTP/1.1\r\n" + headers + b"\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0].startswith(b"HTTP/1.1 %d " % status)
+        assert json.loads(body)["status"] == status
     status, doc, _ = call(server, "/v1/health", method="HEAD")
-    assert status == 501 and doc is None
+    assert status == 405 and doc is None
 
 
 def test_stale_queries_fall_back_to_a_standby(tmp_path: Path) -> None:

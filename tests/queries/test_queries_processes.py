@@ -226,14 +226,20 @@ def test_moved_partition_keeps_answering_after_rediscovery(cluster: dict[str, An
     with QueryClient(hosts[0]) as fresh:
         assert [fresh.get("counts", k) for k in KEYS] == list(range(len(KEYS)))
     stale_client.close()
-    # a client whose re-discovery keeps pointing at the old owner gives up after one retry
-    stuck = QueryClient(hosts[0])
+    # a client whose re-discovery keeps pointing at the old owner gives up after retry_timeout
+    stuck = QueryClient(hosts[0], retry_timeout=0.3)
     stuck.refresh()
     assert stuck._meta is not None
     stuck._meta = dataclasses.replace(stuck._meta, owners={0: HostInfo.parse(hosts[0])})
-    stuck.refresh = lambda: None  # type: ignore[method-assign]
+
+    def no_refresh() -> Any:
+        yield from ()
+
+    stuck._refresh = no_refresh  # type: ignore[method-assign]
+    t0 = time.monotonic()
     with pytest.raises(StateStoreMigratedError):
         stuck.get("counts", moved[0])
+    assert time.monotonic() - t0 >= 0.1  # retried with backoff (20, 40, 80 ms...) until then
     stuck.close()
 
 

@@ -5,14 +5,16 @@
   (:meth:`Application.query_metadata_for_key` and friends);
 * :class:`StaticAssignment` and :class:`RegistryMembership` say which instance owns which
   partition;
-* :class:`QueryServer` serves queries and metadata over HTTP (JSON), :class:`QueryClient` finds
-  a key's owner through any instance and queries it.
+* :func:`asgi_app` is the HTTP (JSON) query service as an ASGI application (Starlette),
+  :class:`QueryServer` serves it with uvicorn; :class:`QueryClient` (sync) and
+  :class:`AsyncQueryClient` (asyncio), on httpx, find a key's owner through any instance and
+  query it.
 
 See ``docs/queries.md``.
 
 May import: ``txstore.runtime`` and below. Its modules never import
-:mod:`txstore.queries.http` (this ``__init__`` re-exports :class:`QueryServer` and
-:class:`QueryClient` from it), nor ``txstore.spark`` or ``txstore.crashtest``.
+:mod:`txstore.queries.http` (this ``__init__`` re-exports :func:`asgi_app`, :class:`QueryServer`
+and the clients from it), nor ``txstore.spark`` or ``txstore.crashtest``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from __future__ import annotations
 from txstore.queries.application import Application
 from txstore.queries.composite import CompositeKeyValueIterator, CompositeReadOnlyKeyValueStore
 from txstore.queries.hosting import PartitionWriter
-from txstore.queries.http.client import QueryClient
+from txstore.queries.http.asgi import asgi_app
+from txstore.queries.http.client import AsyncQueryClient, QueryClient
 from txstore.queries.http.server import QueryServer
 from txstore.queries.membership import (
     Assignment,
@@ -45,6 +48,7 @@ from txstore.queries.windowed import CompositeReadOnlySessionStore, CompositeRea
 __all__ = [
     "Application",
     "Assignment",
+    "AsyncQueryClient",
     "CompositeKeyValueIterator",
     "CompositeReadOnlyKeyValueStore",
     "CompositeReadOnlySessionStore",
@@ -65,4 +69,5 @@ __all__ = [
     "StreamsMetadata",
     "ThreadState",
     "TopicPartition",
+    "asgi_app",
 ]

@@ -160,6 +160,26 @@ class PartitionHosting(Lifecycle):
         """The partitions this instance keeps a read-only standby of, sorted. O(P log P)."""
         return sorted(self._standby)
 
+    def committed_positions(self, store_name: str, stale: bool = False) -> dict[int, int | None]:
+        """The committed changelog offset of ``store_name`` on every partition hosted here
+        (active ones; with ``stale`` standbys too, an active one winning), ``None`` for a
+        partition never committed: the position (Kafka IQv2's ``Position``) a query reflects.
+
+        O(P): one short LMDB read transaction per partition. A partition closing is left out.
+        """
+        out: dict[int, int | None] = {}
+        tables = (self._standby, self._active) if stale else (self._active,)
+        for table in tables:
+            for p, hosted in table.items():
+                store = hosted.stores.get(store_name)
+                if store is None or hosted.closing:
+                    continue
+                try:
+                    out[p] = store.committed_offset
+                except TxStoreError:  # closed under us: it is moving
+                    out.pop(p, None)
+        return out
+
     def writer(self, partition: int) -> _WriterBlock:
         """A block (``with app.writer(p) as w:``) in which the calling thread writes and
         commits ``partition`` through ``w`` (a :class:`PartitionWriter`).
