@@ -509,3 +509,28 @@ def test_stale_queries_fall_back_to_a_standby(tmp_path: Path) -> None:
             s.close()
         for app in reversed(apps):
             app.close()
+
+
+def test_async_client(served: Any) -> None:
+    """AsyncQueryClient: the same queries, awaited, over one httpx.AsyncClient pool."""
+    import asyncio
+
+    from txstore.queries import AsyncQueryClient
+
+    _, server = served
+
+    async def main() -> tuple[list[Any], list[str], int, Any]:
+        async with AsyncQueryClient(str(server.address), token=TOKEN) as client:
+            values = await asyncio.gather(*(client.get("counts", k) for k in KEYS[:20]))
+            keys = [kv.key for kv in await client.all("counts")]
+            total = await client.approximate_num_entries("counts")
+            try:
+                await client.get("nope", "x")
+            except UnknownStateStoreError as exc:
+                return list(values), keys, total, exc
+            return list(values), keys, total, None
+
+    values, keys, total, error = asyncio.run(main())
+    assert values == list(range(20))
+    assert sorted(keys) == sorted(KEYS) and total >= len(KEYS)
+    assert isinstance(error, UnknownStateStoreError)

@@ -3,7 +3,8 @@
 * :class:`Application` hosts an application's partitions on this instance, with a lifecycle,
   and gives read-only composite stores over them (:meth:`Application.store`) and discovery
   (:meth:`Application.query_metadata_for_key` and friends);
-* :class:`StaticAssignment` and :class:`RegistryMembership` say which instance owns which
+* :class:`StaticAssignment` (one host) and :class:`ZooKeeperMembership` (instances on any
+  machines, through ZooKeeper) say which instance owns which
   partition;
 * :func:`asgi_app` is the HTTP (JSON) query service as an ASGI application (Starlette),
   :class:`QueryServer` serves it with uvicorn; :class:`QueryClient` (sync) and
@@ -25,12 +26,7 @@ from txstore.queries.hosting import PartitionWriter
 from txstore.queries.http.asgi import asgi_app
 from txstore.queries.http.client import AsyncQueryClient, QueryClient
 from txstore.queries.http.server import QueryServer
-from txstore.queries.membership import (
-    Assignment,
-    Membership,
-    RegistryMembership,
-    StaticAssignment,
-)
+from txstore.queries.membership import Assignment, Membership, StaticAssignment
 from txstore.queries.specs import StoreSpec
 from txstore.queries.types import (
     HostInfo,
@@ -44,6 +40,7 @@ from txstore.queries.types import (
     TopicPartition,
 )
 from txstore.queries.windowed import CompositeReadOnlySessionStore, CompositeReadOnlyWindowStore
+from txstore.queries.zookeeper import ZooKeeperMembership
 
 __all__ = [
     "Application",
@@ -61,7 +58,6 @@ __all__ = [
     "QueryServer",
     "QueryableStoreType",
     "QueryableStoreTypes",
-    "RegistryMembership",
     "State",
     "StaticAssignment",
     "StoreQueryParameters",
@@ -69,5 +65,6 @@ __all__ = [
     "StreamsMetadata",
     "ThreadState",
     "TopicPartition",
+    "ZooKeeperMembership",
     "asgi_app",
 ]

@@ -160,6 +160,16 @@ class PartitionHosting(Lifecycle):
         """The partitions this instance keeps a read-only standby of, sorted. O(P log P)."""
         return sorted(self._standby)
 
+    @property
+    def waiting_partitions(self) -> list[int]:
+        """The assigned partitions still held by their previous owner (another process), sorted:
+        the last rebalance retries them. O(P log P)."""
+        return sorted(self._pending)
+
+    def set_restore_listener(self, listener: Callable[[int, Any], None] | None) -> None:
+        """Hear restores: ``listener(partition, RestoreProgress)`` (set before ``start``)."""
+        self._restore_listener = listener
+
     def committed_positions(self, store_name: str, stale: bool = False) -> dict[int, int | None]:
         """The committed changelog offset of ``store_name`` on every partition hosted here
         (active ones; with ``stale`` standbys too, an active one winning), ``None`` for a
@@ -207,13 +217,14 @@ class PartitionHosting(Lifecycle):
         lost, then open (recover + restore) the ones it gained. The background thread calls
         it every ``refresh_interval``; call it to react at once.
 
-        Reads the assignment (a static one: a ``stat`` of its file, if any; a registry
-        membership: its directory); no partition moves when it did not change. Each lost
-        partition is closed once the writer's block and the reads in flight on it end; each
-        gained one waits up to ``handover_timeout`` for its previous owner (else it is tried
-        again at the next call), then its task is recovered and its changelog replayed,
-        O(records to replay). Raises :class:`~txstore.errors.InvalidArgumentError` if the
-        assignment's partition count differs from the application's ``num_partitions``.
+        Reads the assignment (a static one: a ``stat`` of its file, if any; a ZooKeeper
+        membership: its cached members, re-read after its watch fired); no partition moves
+        when it did not change. Each lost partition is closed once the writer's block and the
+        reads in flight on it end; each gained one waits up to ``handover_timeout`` for its
+        previous owner (else it is tried again at the next call), then its task is recovered
+        and its changelog replayed, O(records to replay). Raises
+        :class:`~txstore.errors.InvalidArgumentError` if the assignment's partition count
+        differs from the application's ``num_partitions``.
         """
         self._apply(self.membership.current())
 
@@ -262,6 +273,9 @@ class PartitionHosting(Lifecycle):
                 hosted = self._open_standby(p)
                 if hosted is not None:
                     self._publish("standby", p, hosted)
+            publish = getattr(self.membership, "publish", None)
+            if publish is not None:  # a ZooKeeper member tells what it hosts now
+                publish(sorted(self._active), sorted(self._standby))
             if self._pending:
                 _log.warning(
                     "partitions %s are still held by their previous owner; retrying",
