@@ -170,10 +170,16 @@ class PartitionHosting(Lifecycle):
         """Hear restores: ``listener(partition, RestoreProgress)`` (set before ``start``)."""
         self._restore_listener = listener
 
-    def committed_positions(self, store_name: str, stale: bool = False) -> dict[int, int | None]:
+    def committed_positions(
+        self,
+        store_name: str,
+        stale: bool = False,
+        partitions: set[int] | None = None,
+    ) -> dict[int, int | None]:
         """The committed changelog offset of ``store_name`` on every partition hosted here
-        (active ones; with ``stale`` standbys too, an active one winning), ``None`` for a
-        partition never committed: the position (Kafka IQv2's ``Position``) a query reflects.
+        (or those of ``partitions`` hosted here; active ones, with ``stale`` standbys too, an
+        active one winning), ``None`` for a partition never committed: the position (Kafka
+        IQv2's ``Position``) a query reflects.
 
         O(P): one short LMDB read transaction per partition. A partition closing is left out.
         """
@@ -181,6 +187,8 @@ class PartitionHosting(Lifecycle):
         tables = (self._standby, self._active) if stale else (self._active,)
         for table in tables:
             for p, hosted in table.items():
+                if partitions is not None and p not in partitions:
+                    continue
                 store = hosted.stores.get(store_name)
                 if store is None or hosted.closing:
                     continue

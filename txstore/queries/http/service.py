@@ -312,26 +312,43 @@ class Service:
             "instances": [m.to_json() for m in instances],
         }
 
+    def _planned(self, spec: StoreSpec, op: Any, args: Args) -> set[int] | None:
+        """The partitions ``op`` will read, when known before it runs (a key's, or the
+        ``partition`` argument's); None: every hosted one."""
+        if args.has("partition"):
+            p = self._partition_arg(args)
+            return None if p is None else {p}
+        if op in _KEYED and (args.has("key") or args.has("key_b64")):
+            return {self._partition_of(spec, self._key(spec, args))}
+        return None
+
     def _positioned(
         self, op: Callable[[Service, StoreSpec, Args], dict[str, Any]], spec: StoreSpec, args: Args
     ) -> dict[str, Any]:
         """Run ``op`` and add the position its answer reflects: ``"position": {partition:
-        committed changelog offset}`` of the partitions it read. The offsets are read before and
-        after the query; a commit in between re-runs it (up to 3 times, then 503), so a
-        read-committed answer reflects exactly one committed state per partition. A
-        ``min_position`` the answer's partitions have not reached raises
-        :class:`~txstore.errors.NotCaughtUpError` (the HTTP layer waits and retries up to
-        ``wait_ms``)."""
+        committed changelog offset}`` of the partitions it read.
+
+        Read-committed answers (``read_committed=true``) reflect exactly that position: the
+        offsets are read before and after the query, and a commit in between re-runs it (up
+        to 3 times, then 503). A read-uncommitted answer's position is the last commit when
+        it was read (the value may hold later, uncommitted writes). A ``min_position`` the
+        answer's partitions have not reached raises :class:`~txstore.errors.NotCaughtUpError`
+        (the HTTP layer waits and retries up to ``wait_ms``). Costs one offset read per
+        partition read (two when read-committed).
+        """
         bound = parse_bound(args.text("min_position"))
         stale = args.flag("stale")
+        positions = self.app.committed_positions
+        exact = args.flag("read_committed")
+        planned = self._planned(spec, op, args) if exact else None
         for _ in range(3):
-            before = self.app.committed_positions(spec.name, stale)
+            before = positions(spec.name, stale, planned) if exact else {}
             args.touched = None
             doc = op(self, spec, args)
-            after = self.app.committed_positions(spec.name, stale)
-            touched = after.keys() if args.touched is None else args.touched
-            pos = {p: after[p] for p in sorted(touched) if p in after}
-            if all(before.get(p, -2) == o for p, o in pos.items()):
+            touched = args.touched if args.touched is not None else planned
+            after = positions(spec.name, stale, touched)
+            pos = {p: after[p] for p in sorted(after)}
+            if not exact or all(before.get(p, -2) == o for p, o in pos.items()):
                 break
         else:
             raise HttpError(503, "Busy", "commits kept landing during the query; retry")
@@ -552,6 +569,8 @@ class Service:
         if spec.kind != kind:
             raise bad(f"store {spec.name!r} is a {spec.kind} store; this is a {kind} operation")
 
+
+_KEYED = {Service.get, Service.fetch, Service.sessions, Service.session}
 
 _OPS: dict[str, Callable[[Service, StoreSpec, Args], dict[str, Any]]] = {
     "get": Service.get,
