@@ -379,7 +379,7 @@ def failover_section(root: Path) -> float:
             ],
             env=dict(os.environ, PYTHONPATH=str(ROOT)),
             stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         for h in hosts
     ]
     try:
