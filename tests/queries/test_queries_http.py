@@ -534,3 +534,38 @@ def test_async_client(served: Any) -> None:
     assert values == list(range(20))
     assert sorted(keys) == sorted(KEYS) and total >= len(KEYS)
     assert isinstance(error, UnknownStateStoreError)
+
+
+def test_asgi_app_mounts_under_a_prefix(served: Any) -> None:
+    """asgi_app in a user's Starlette app, under a mount path: same answers, same errors."""
+    import asyncio
+
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from txstore.queries import asgi_app
+
+    app, _ = served
+    site = Starlette(routes=[Mount("/state/queries", app=asgi_app(app, token=TOKEN))])
+
+    async def ask() -> list[tuple[int, Any]]:
+        transport = httpx.ASGITransport(app=site)
+        headers = {"Authorization": f"bearer {TOKEN}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://x", headers=headers
+        ) as h:
+            out = []
+            for path in (
+                "/state/queries/v1/stores/counts/get?key=user-7",
+                "/state/queries/v1/stores/nope/get?key=x",
+                "/state/queries/v1/ping",
+            ):
+                r = await h.get(path)
+                out.append((r.status_code, r.json()))
+            return out
+
+    (s1, d1), (s2, d2), (s3, d3) = asyncio.run(ask())
+    assert s1 == 200 and d1["value"] == 7
+    assert s2 == 404 and d2["error"] == "UnknownStateStoreError"
+    assert (s3, d3) == (200, {"ok": True})

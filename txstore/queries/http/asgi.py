@@ -172,6 +172,9 @@ class _Endpoint:
             return 400, _NOT_HTTP_1
         try:
             raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+            mount = scope.get("root_path", "").encode()
+            if mount and raw_path.startswith(mount):  # mounted: the path inside the mount
+                raw_path = raw_path[len(mount) :]
             query: bytes = scope["query_string"]
             if len(raw_path) + len(query) > self.max_request_bytes:
                 raise HttpError(
