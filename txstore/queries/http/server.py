@@ -239,7 +239,7 @@ class QueryServer:
             http=protocol,
             loop="asyncio",
             lifespan="off",
-            log_level="warning",
+            log_config=None,  # a library: leave the process's logging configuration alone
             access_log=False,
             timeout_keep_alive=idle_timeout,  # type: ignore[arg-type]
             timeout_graceful_shutdown=max(1, round(graceful_timeout)),
