@@ -136,3 +136,43 @@ def test_bad_zookeeper_configurations_get_typed_errors(zookeeper: str, tmp_path:
 
 def member_host(port: int) -> HostInfo:
     return HostInfo("127.0.0.1", port)
+
+
+def expire_session(membership: ZooKeeperMembership, zookeeper: str) -> None:
+    """Make ZooKeeper expire ``membership``'s session: a second client joins it with its id
+    and password, then closes it (kazoo's own testing trick)."""
+    zk = membership._zk
+    assert zk is not None
+    session_id, password = zk.client_id
+    twin = KazooClient(hosts=zookeeper, client_id=(session_id, password))
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+
+
+def test_an_instance_whose_session_expired_steps_back_then_rejoins(
+    zookeeper: str, tmp_path: Path
+) -> None:
+    """Its node went with the session: the other member takes every partition; once the
+    instance reconnects it registers again and gets its share back."""
+    root = f"/t{uuid.uuid4().hex[:8]}"
+    a = member(zookeeper, root, tmp_path, 7201)
+    b = member(zookeeper, root, tmp_path, 7202)
+    a.start()
+    b.start(timeout=0)
+    try:
+        wait_for(
+            lambda: len(a.active_partitions) == 2 and len(b.active_partitions) == 2,
+            "the two members to share the partitions",
+        )
+        assert isinstance(a.membership, ZooKeeperMembership)
+        expire_session(a.membership, zookeeper)
+        wait_for(lambda: b.active_partitions == list(range(N)), "b to take every partition")
+        wait_for(
+            lambda: len(a.active_partitions) == 2 and len(b.active_partitions) == 2,
+            "a to register again and get its share back",
+        )
+        assert a.state is State.RUNNING or a.state is State.REBALANCING
+    finally:
+        a.close()
+        b.close()
