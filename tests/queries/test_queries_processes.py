@@ -330,3 +330,35 @@ def partition_of(key: str) -> int:
 def seen_keys(host: str) -> list[Any]:
     with QueryClient(host) as client:
         return client.all("counts")
+
+
+def test_serve_zookeeper_members_take_over_a_killed_member(zookeeper: str, tmp_path: Path) -> None:
+    """Two ``txstore serve --zookeeper`` processes share the partitions; one is SIGKILLed and
+    the other takes them all once its ZooKeeper session expires; the client keeps answering."""
+    state = tmp_path / "state"
+    load_state(state)
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    args = ["--zookeeper", zookeeper, "--zookeeper-root", f"/serve{os.getpid()}",
+            "--num-partitions", str(N), "--session-timeout", "1.5"]  # fmt: skip
+    procs = [serve(state, h, *args) for h in hosts]
+    try:
+
+        def split() -> bool:
+            docs = [get(h, "/v1/health")[1] for h in hosts]
+            parts = [d["active_partitions"] for d in docs]
+            return (
+                all(d["state"] == "RUNNING" for d in docs)
+                and sorted(p for ps in parts for p in ps) == list(range(N))
+                and all(parts)
+            )
+
+        wait_for(split, "the two members to share the partitions", procs)
+        with QueryClient(hosts) as client:
+            assert [client.get("counts", k) for k in KEYS] == list(range(len(KEYS)))
+        procs[1].kill()  # no goodbye: its session expires
+        with QueryClient(hosts, retry_timeout=30) as client:  # retried until the move
+            assert [client.get("counts", k) for k in KEYS] == list(range(len(KEYS)))
+        assert get(hosts[0], "/v1/health")[1]["active_partitions"] == list(range(N))
+    finally:
+        codes, errors = stop(procs)
+    assert codes[0] == 0 and codes[1] == -signal.SIGKILL, errors
