@@ -250,7 +250,7 @@ class Application(PartitionHosting):
             try:
                 self.membership.heartbeat()
                 a = self.membership.current()
-            except (OSError, TxStoreError) as exc:  # a shared directory hiccup: next tick
+            except (OSError, TxStoreError) as exc:  # a membership hiccup: next tick
                 _log.warning("membership not readable, keeping the assignment: %s", exc)
                 a = None
             try:

@@ -191,7 +191,7 @@ class ZooKeeperMembership:
             self._lost.clear()
             self._published = None
             self._dirty.set()
-        except (KazooException, InvalidArgumentError) as exc:
+        except (KazooException, KazooTimeoutError, InvalidArgumentError) as exc:
             _log.warning("cannot register again in ZooKeeper yet: %s", exc)
 
     def publish(self, active: list[int], standby: list[int]) -> None:
@@ -234,16 +234,22 @@ class ZooKeeperMembership:
 
         O(1) while the members did not change (a cached value); after a change, one
         ZooKeeper read per member and O(P x M log M). Raises
-        :class:`~txstore.errors.InvalidArgumentError` before :meth:`join`; a ZooKeeper error
-        propagates (the application keeps its assignment and tries again).
+        :class:`~txstore.errors.InvalidArgumentError` before :meth:`join`, and
+        :class:`~txstore.errors.IllegalStateError` when ZooKeeper cannot be read (the
+        application keeps its assignment and asks again at its next poll).
         """
         if self._zk is None:
             raise InvalidArgumentError("join() first")
         if self._current is not None and not self._dirty.is_set():
             return self._current
         self._dirty.clear()
+        try:
+            members = self.members()
+        except (KazooException, KazooTimeoutError) as exc:  # a session ending, a lost link
+            self._dirty.set()  # read again at the next poll
+            raise IllegalStateError(f"cannot read the members from ZooKeeper: {exc!r}") from None
         found: list[tuple[HostInfo, frozenset[str]]] = []
-        for doc in self.members():
+        for doc in members:
             if int(doc.get("num_partitions", self.num_partitions)) != self.num_partitions:
                 _log.warning(
                     "ignoring member %s: it has %s partitions, not %s",

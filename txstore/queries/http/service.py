@@ -334,7 +334,8 @@ class Service:
         it was read (the value may hold later, uncommitted writes). A ``min_position`` the
         answer's partitions have not reached raises :class:`~txstore.errors.NotCaughtUpError`
         (the HTTP layer waits and retries up to ``wait_ms``). Costs one offset read per
-        partition read (two when read-committed).
+        partition read (two when read-committed; none for a read-uncommitted answer between two
+        commits: the offsets are cached per commit).
         """
         bound = parse_bound(args.text("min_position"))
         stale = args.flag("stale")
@@ -346,7 +347,7 @@ class Service:
             args.touched = None
             doc = op(self, spec, args)
             touched = args.touched if args.touched is not None else planned
-            after = positions(spec.name, stale, touched)
+            after = positions(spec.name, stale, touched, cached=not exact)
             pos = {p: after[p] for p in sorted(after)}
             if not exact or all(before.get(p, -2) == o for p, o in pos.items()):
                 break
