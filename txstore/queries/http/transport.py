@@ -27,6 +27,7 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import httpx
 
@@ -108,11 +109,10 @@ def _options(token: str | None, timeout: float, max_connections: int) -> dict[st
 
 
 def _request_args(call: Call) -> dict[str, Any]:
-    args: dict[str, Any] = {
-        "method": call.method,
-        "url": f"http://{call.host}{call.path}",
-        "params": call.query,
-    }
+    url = f"http://{call.host}{call.path}"
+    if call.query:  # encoded here: cheaper than httpx merging params into the URL
+        url += "?" + urlencode(call.query)
+    args: dict[str, Any] = {"method": call.method, "url": url}
     if call.body is not None:
         args["content"] = json.dumps(call.body).encode()
         args["headers"] = {"Content-Type": "application/json"}
