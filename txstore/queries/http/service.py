@@ -1,11 +1,12 @@
 """The HTTP query service's endpoints: request routing and the queries, apart from HTTP.
 
 :class:`Service` turns a request (method, target, body) into a status and a JSON document;
-:mod:`txstore.queries.http.server` carries it over HTTP. Composite stores are kept per (store,
+:mod:`txstore.queries.http.asgi` carries it over HTTP. Composite stores are kept per (store,
 type, partition, options), and the serdes' JSON codecs per store (:mod:`txstore.queries.http.wire`).
 
 Endpoints (``{store}`` URL-quoted; every query takes ``type=<queryable store type>``,
-``stale=true`` and ``read_committed=true``; iterator queries ``limit``, and ``after`` to resume
+``stale=true``, ``read_committed=true`` and ``min_position``/``wait_ms``, and its answer
+carries its ``position``; iterator queries ``limit``, and ``after`` to resume
 a truncated answer on one partition, see :mod:`txstore.queries.http.paging`):
 
 ===========================================  ===============================================
