@@ -569,3 +569,36 @@ def test_asgi_app_mounts_under_a_prefix(served: Any) -> None:
     assert s1 == 200 and d1["value"] == 7
     assert s2 == 404 and d2["error"] == "UnknownStateStoreError"
     assert (s3, d3) == (200, {"ok": True})
+
+
+def test_a_client_created_before_its_server_waits_for_it(tmp_path: Path) -> None:
+    """The first metadata read is inside the retry loop: a query sent while no instance
+    listens yet is answered once one starts (it used to fail at once)."""
+    import threading
+
+    port = free_port()
+    app = Application(
+        "late",
+        tmp_path,
+        builders()[:1],
+        application_server=f"127.0.0.1:{port}",
+        num_partitions=1,
+        task_options={"sync": False},
+    )
+    started: list[QueryServer] = []
+
+    def start_later() -> None:
+        time.sleep(0.5)
+        started.append(QueryServer(app).start())
+        app.start()
+
+    t = threading.Thread(target=start_later)
+    t.start()
+    try:
+        with QueryClient(f"127.0.0.1:{port}", retry_timeout=20) as client:
+            assert client.get("counts", "nobody") is None
+    finally:
+        t.join()
+        for s in started:
+            s.close()
+        app.close()
