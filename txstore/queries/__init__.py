@@ -23,8 +23,9 @@ from __future__ import annotations
 from txstore.queries.application import Application
 from txstore.queries.composite import CompositeKeyValueIterator, CompositeReadOnlyKeyValueStore
 from txstore.queries.hosting import PartitionWriter
+from txstore.queries.http.aclient import AsyncQueryClient
 from txstore.queries.http.asgi import asgi_app
-from txstore.queries.http.client import AsyncQueryClient, QueryClient
+from txstore.queries.http.client import QueryClient
 from txstore.queries.http.server import QueryServer
 from txstore.queries.membership import Assignment, Membership, StaticAssignment
 from txstore.queries.specs import StoreSpec

@@ -1,6 +1,7 @@
 """The HTTP query service and its clients: protocol, JSON wire forms, paging, the endpoints
 (``service``), the ASGI application (``asgi``, Starlette), its uvicorn server (``server``), and
-the clients' flows (``routing``, ``flows``) driven over httpx (``transport``, ``client``).
+the clients' flows (``routing``, ``flows``) driven over httpx (``transport``, ``client``,
+``aclient``).
 
 May import: ``txstore.queries`` and below; the rest of ``txstore.queries`` never imports it.
 """
