@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.txstore-installed
 # The tests need dev (pytest, mypy, ruff, build), spark, plot (the crash harness's chart) and
 # docs (tests/test_docs_site.py builds the site).
-EXTRAS ?= dev,spark,plot,docs
+EXTRAS ?= dev,spark,plot,docs,queries
 PYTEST_ARGS ?=
 
 .PHONY: setup test lint typecheck pytest demo docs bench bench-full clean

@@ -229,6 +229,12 @@ class QueryServiceError(TxStoreError):
         self.error = error
 
 
+class NotCaughtUpError(InvalidStateStoreError):
+    """A query demanded at least a position (committed changelog offsets per partition) that
+    the instance it reached has not committed within the wait the query allowed (Kafka IQv2's
+    ``PositionBound`` not met, ``NOT_UP_TO_BOUND``): retry later, or on the partition's owner."""
+
+
 class TruncatedResultError(TxStoreError):
     """A remote query's answer was cut at the server's per-request result limit and could not
     be resumed (the server gave no resume position, e.g. an older server, or the query was not

@@ -3,9 +3,8 @@ with Kafka's message, discovery, membership and partition migration (in one proc
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -44,7 +43,6 @@ from txstore.queries import (
     HostInfo,
     KeyQueryMetadata,
     QueryableStoreTypes,
-    RegistryMembership,
     State,
     StaticAssignment,
     StoreQueryParameters,
@@ -669,55 +667,6 @@ def test_revocation_waits_for_the_writer_block(app: Application, tmp_path: Path)
     assert store.get(k1) == int(k1[5:])
 
 
-def test_registry_membership(tmp_path: Path) -> None:
-    state, reg = tmp_path / "state", tmp_path / "registry"
-
-    def member(port: int) -> Application:
-        m = RegistryMembership(reg, N, heartbeat_interval=0.05, session_timeout=2.0)
-        return make_app(
-            state, application_server=f"127.0.0.1:{port}", membership=m, num_partitions=N
-        )
-
-    a = member(7101)
-    a.start()
-    try:
-        assert a.active_partitions == list(range(N))
-        load(a)
-        b = member(7102)
-        b.start(timeout=0)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (
-            len(b.active_partitions) == 2
-            and len(a.active_partitions) == 2
-            and b.state is State.RUNNING
-        ):
-            time.sleep(0.02)
-        assert sorted(a.active_partitions + b.active_partitions) == list(range(N))
-        assert len(b.active_partitions) == 2
-        assert {str(m.host_info) for m in a.metadata_for_all_streams_clients()} == {
-            "127.0.0.1:7101",
-            "127.0.0.1:7102",
-        }
-        for k in KEYS[:40]:
-            owner = a if a.partition_for_key("counts", k) in a.active_partitions else b
-            assert owner.store(params()).get(k) == int(k[5:])
-        b.close()  # leaves: a takes everything back
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and a.active_partitions != list(range(N)):
-            time.sleep(0.02)
-        assert a.active_partitions == list(range(N))
-        # a member whose heartbeat stopped (a crashed process) is not a member
-        ghost = reg / "app" / "127.0.0.1_7999.json"
-        ghost.write_text(json.dumps({"application_server": "127.0.0.1:7999", "num_partitions": N}))
-        old = time.time() - 60
-        os.utime(ghost, (old, old))
-        a.rebalance()
-        assert a.active_partitions == list(range(N))
-    finally:
-        a.close()
-    assert not (reg / "app" / "127.0.0.1_7101.json").exists()
-
-
 def test_serve_command_reports_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -740,4 +689,26 @@ def test_serve_command_reports_bad_input(
     assert serve(tmp_path / "state", "--assignment", str(bad)) == 2
     assert "outside 0..1" in capsys.readouterr().err
     assert serve(tmp_path / "state", server="10.9.8.7:7070") == 2
-    assert "loopback" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "loopback" in err and "--allow-remote" in err and "allow_remote" not in err
+    # issue 26: a partition directory, a port in use, a state directory another serve holds
+    assert serve(tmp_path / "state" / "0") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txstore serve: error:") and "partition directory" in err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert serve(tmp_path / "state", server=f"127.0.0.1:{port}") == 2
+        err = capsys.readouterr().err
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err
+    holder = make_app(tmp_path / "state")
+    holder.start()
+    try:
+        t0 = time.monotonic()
+        assert serve(tmp_path / "state", "-q") == 3
+        err = capsys.readouterr().err
+        assert err.startswith("txstore serve: ") and "held by another process" in err
+        assert time.monotonic() - t0 < 30  # was: retrying forever
+    finally:
+        holder.close()

@@ -110,6 +110,8 @@ def test_point_queries_and_json_forms(served: Any) -> None:
     status, doc, r = call(server, "/v1/stores/counts/get?key=user-7")
     assert status == 200 and r.getheader("Content-Type") == "application/json; charset=utf-8"
     p = app.partition_for_key("counts", "user-7")
+    position = doc.pop("position")  # the committed offset the answer reflects
+    assert position == {str(p): app.committed_positions("counts")[p]}
     assert doc == {"key": "user-7", "value": 7, "found": True, "partition": p}
     assert call(server, "/v1/stores/counts/get?key=absent")[1]["found"] is False
     _, doc, _ = call(server, "/v1/stores/tagged/get?key=user-3")
@@ -194,6 +196,7 @@ def test_limits(served: Any) -> None:
     with QueryClient(str(server.address), token=TOKEN) as client:  # 100 keys, 50 a page
         assert sorted(kv.key for kv in client.all("counts")) == sorted(KEYS)
     _, doc, _ = call(server, "/v1/stores/counts/range?from=user-5&to=user-5")
+    assert sorted(doc.pop("position")) == ["0", "1", "2", "3"]  # every partition was read
     assert doc == {"items": [{"key": "user-5", "value": 5}], "truncated": False}
     status, doc, _ = call(server, "/v1/stores/counts/get", method="POST", body=b"x" * 5000)
     assert status == 413 and doc["error"] == "RequestTooLarge"
@@ -324,7 +327,7 @@ def test_server_refuses_remote_binding_by_default(tmp_path: Path) -> None:
 
 
 def test_client_reports_unreachable_instances() -> None:
-    client = QueryClient(f"127.0.0.1:{free_port()}", timeout=2)
+    client = QueryClient(f"127.0.0.1:{free_port()}", timeout=2, retry_timeout=0.3)
     with pytest.raises(QueryServiceError) as exc:
         client.get("counts", "x")
     assert exc.value.status == 0 and exc.value.error == "ConnectionError"
@@ -408,7 +411,8 @@ def test_window_and_session_endpoints(windowed: Any) -> None:
     ]
     doc = ok("/v1/stores/visits/sessions?key_from=k0&key_to=k9&earliest_end=0&latest_start=5000")
     assert len(doc["items"]) == 20
-    assert ok("/v1/stores/visits/session?key=k4&start=1000&end=2004") == {"value": 4, "found": True}
+    doc = ok("/v1/stores/visits/session?key=k4&start=1000&end=2004")
+    assert doc.pop("position") and doc == {"value": 4, "found": True}
     for path in (
         "/v1/stores/clicks/range",
         "/v1/stores/visits/all",
@@ -445,17 +449,21 @@ def test_window_and_session_client(windowed: Any) -> None:
 
 def test_malformed_requests_get_json_errors(served: Any) -> None:
     _, server = served
-    with socket.create_connection((server.address.host, server.address.port), timeout=5) as s:
-        headers = b"".join(b"X-%d: y\r\n" % i for i in range(120))
-        s.sendall(b"GET /v1/health HTTP/1.1\r\n" + headers + b"\r\n")
-        data = b""
-        while chunk := s.recv(4096):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.") and b" 431 " in head.split(b"\r\n")[0]
-    assert json.loads(body)["status"] == 431
+    """A header block above 16 KiB: 431; a request without Host: 400; JSON bodies."""
+    for headers, status in (
+        (b"Host: x\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"y" * 250) for i in range(400)), 431),
+        (b"".join(b"X-%d: y\r\n" % i for i in range(120)), 400),
+    ):
+        with socket.create_connection((server.address.host, server.address.port), timeout=5) as s:
+            s.sendall(b"GET /v1/health HTTP/1.1\r\n" + headers + b"\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0].startswith(b"HTTP/1.1 %d " % status)
+        assert json.loads(body)["status"] == status
     status, doc, _ = call(server, "/v1/health", method="HEAD")
-    assert status == 501 and doc is None
+    assert status == 405 and doc is None
 
 
 def test_stale_queries_fall_back_to_a_standby(tmp_path: Path) -> None:
@@ -501,3 +509,96 @@ def test_stale_queries_fall_back_to_a_standby(tmp_path: Path) -> None:
             s.close()
         for app in reversed(apps):
             app.close()
+
+
+def test_async_client(served: Any) -> None:
+    """AsyncQueryClient: the same queries, awaited, over one httpx.AsyncClient pool."""
+    import asyncio
+
+    from txstore.queries import AsyncQueryClient
+
+    _, server = served
+
+    async def main() -> tuple[list[Any], list[str], int, Any]:
+        async with AsyncQueryClient(str(server.address), token=TOKEN) as client:
+            values = await asyncio.gather(*(client.get("counts", k) for k in KEYS[:20]))
+            keys = [kv.key for kv in await client.all("counts")]
+            total = await client.approximate_num_entries("counts")
+            try:
+                await client.get("nope", "x")
+            except UnknownStateStoreError as exc:
+                return list(values), keys, total, exc
+            return list(values), keys, total, None
+
+    values, keys, total, error = asyncio.run(main())
+    assert values == list(range(20))
+    assert sorted(keys) == sorted(KEYS) and total >= len(KEYS)
+    assert isinstance(error, UnknownStateStoreError)
+
+
+def test_asgi_app_mounts_under_a_prefix(served: Any) -> None:
+    """asgi_app in a user's Starlette app, under a mount path: same answers, same errors."""
+    import asyncio
+
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from txstore.queries import asgi_app
+
+    app, _ = served
+    site = Starlette(routes=[Mount("/state/queries", app=asgi_app(app, token=TOKEN))])
+
+    async def ask() -> list[tuple[int, Any]]:
+        transport = httpx.ASGITransport(app=site)
+        headers = {"Authorization": f"bearer {TOKEN}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://x", headers=headers
+        ) as h:
+            out = []
+            for path in (
+                "/state/queries/v1/stores/counts/get?key=user-7",
+                "/state/queries/v1/stores/nope/get?key=x",
+                "/state/queries/v1/ping",
+            ):
+                r = await h.get(path)
+                out.append((r.status_code, r.json()))
+            return out
+
+    (s1, d1), (s2, d2), (s3, d3) = asyncio.run(ask())
+    assert s1 == 200 and d1["value"] == 7
+    assert s2 == 404 and d2["error"] == "UnknownStateStoreError"
+    assert (s3, d3) == (200, {"ok": True})
+
+
+def test_a_client_created_before_its_server_waits_for_it(tmp_path: Path) -> None:
+    """The first metadata read is inside the retry loop: a query sent while no instance
+    listens yet is answered once one starts (it used to fail at once)."""
+    import threading
+
+    port = free_port()
+    app = Application(
+        "late",
+        tmp_path,
+        builders()[:1],
+        application_server=f"127.0.0.1:{port}",
+        num_partitions=1,
+        task_options={"sync": False},
+    )
+    started: list[QueryServer] = []
+
+    def start_later() -> None:
+        time.sleep(0.5)
+        started.append(QueryServer(app).start())
+        app.start()
+
+    t = threading.Thread(target=start_later)
+    t.start()
+    try:
+        with QueryClient(f"127.0.0.1:{port}", retry_timeout=20) as client:
+            assert client.get("counts", "nobody") is None
+    finally:
+        t.join()
+        for s in started:
+            s.close()
+        app.close()

@@ -209,7 +209,7 @@ def test_resume_after_concurrent_commits(paged: Any) -> None:
     app, server, client = paged
     p = app.partition_for_key("kv", "user-1")
     path = "/v1/stores/kv/all"
-    first = client._call(server.address, path, {"partition": p})
+    first = client.request(server.address, path, {"partition": p})
     assert first["truncated"] and isinstance(first["resume"], str)
     last = first["items"][-1]["key"]
     with app.writer(p) as w:
@@ -222,10 +222,10 @@ def test_resume_after_concurrent_commits(paged: Any) -> None:
         w.commit(2)
     try:
         keys: list[str] = []
-        doc = client._call(server.address, path, {"partition": p, "after": first["resume"]})
+        doc = client.request(server.address, path, {"partition": p, "after": first["resume"]})
         keys += [d["key"] for d in doc["items"]]
         while doc["truncated"]:
-            doc = client._call(server.address, path, {"partition": p, "after": doc["resume"]})
+            doc = client.request(server.address, path, {"partition": p, "after": doc["resume"]})
             keys += [d["key"] for d in doc["items"]]
         assert keys == [last + "\x00new", *rest[1:]]
     finally:
@@ -242,4 +242,4 @@ def test_bad_resume_positions(paged: Any) -> None:
     _, server, client = paged
     for query in ({"after": "x"}, {"after": "0.-1.YQ", "partition": 0}, {"after": "0.0.YQ"}):
         with pytest.raises(InvalidArgumentError):
-            client._call(server.address, "/v1/stores/kv/all", query)
+            client.request(server.address, "/v1/stores/kv/all", query)

@@ -1,7 +1,7 @@
 """Three instances in separate processes (``txstore serve``) on loopback ports with a static
 assignment: every key's query through any instance reaches its owner; a partition moved
-between instances keeps answering after re-discovery; registry members take over the
-partitions of one that was killed."""
+between instances keeps answering after re-discovery; ZooKeeper members (tests/queries/zk_member.py,
+writing as they serve) take over the partitions of one that was SIGKILLed during a query load."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,22 +227,119 @@ def test_moved_partition_keeps_answering_after_rediscovery(cluster: dict[str, An
     with QueryClient(hosts[0]) as fresh:
         assert [fresh.get("counts", k) for k in KEYS] == list(range(len(KEYS)))
     stale_client.close()
-    # a client whose re-discovery keeps pointing at the old owner gives up after one retry
-    stuck = QueryClient(hosts[0])
+    # a client whose re-discovery keeps pointing at the old owner gives up after retry_timeout
+    stuck = QueryClient(hosts[0], retry_timeout=0.3)
     stuck.refresh()
     assert stuck._meta is not None
     stuck._meta = dataclasses.replace(stuck._meta, owners={0: HostInfo.parse(hosts[0])})
-    stuck.refresh = lambda: None  # type: ignore[method-assign]
+
+    def no_refresh() -> Any:
+        yield from ()
+
+    stuck._refresh = no_refresh  # type: ignore[method-assign]
+    t0 = time.monotonic()
     with pytest.raises(StateStoreMigratedError):
         stuck.get("counts", moved[0])
+    assert time.monotonic() - t0 >= 0.1  # retried with backoff (20, 40, 80 ms...) until then
     stuck.close()
 
 
-def test_registry_members_take_over_a_killed_member(tmp_path: Path) -> None:
-    state, registry = tmp_path / "state", tmp_path / "registry"
+def member(state: Path, host: str, zookeeper: str, root: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("zk_member.py")), str(state), host,
+         zookeeper, root, "--session-timeout", "2"],
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def test_failover_keeps_answering_consistently(zookeeper: str, tmp_path: Path) -> None:
+    """Three instances on ZooKeeper, writing and serving; one is SIGKILLed during a query load:
+    every query is answered (the client retries the dead instance's partitions until their new
+    owner serves them), and no answer mixes two committed states of a partition."""
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    root = f"/failover{os.getpid()}"
+    procs = [member(tmp_path, h, zookeeper, root) for h in hosts]
+    answered: list[int] = [0]
+    failures: list[str] = []
+    mixed: list[tuple[int, list[Any]]] = []
+    stop_load = threading.Event()
+    seen: dict[int, int] = {}
+
+    def load() -> None:
+        with QueryClient(hosts, retry_timeout=30) as client:
+            while not stop_load.is_set():
+                try:
+                    items = client.all("counts", read_committed=True)
+                except Exception as exc:  # recorded: the assertion below shows it
+                    failures.append(repr(exc))
+                    continue
+                by_partition: dict[int, set[int]] = {}
+                for kv in items:
+                    by_partition.setdefault(partition_of(kv.key), set()).add(kv.value)
+                for p, values in by_partition.items():
+                    if len(values) != 1:
+                        mixed.append((p, sorted(values)))  # two committed states
+                    elif min(values) < seen.get(p, 0):
+                        mixed.append((p, ["went back", seen[p], min(values)]))
+                    else:
+                        seen[p] = min(values)
+                answered[0] += 1
+
+    try:
+
+        def split() -> bool:
+            docs = [get(h, "/v1/health")[1] for h in hosts]
+            parts = sorted(p for d in docs for p in d["active_partitions"])
+            return all(d["state"] == "RUNNING" for d in docs) and parts == list(range(N))
+
+        wait_for(split, "three members sharing the partitions", procs)
+        wait_for(lambda: len(seen_keys(hosts[0])) == len(KEYS), "every key written", procs)
+        loader = threading.Thread(target=load)
+        loader.start()
+        wait_for(lambda: answered[0] >= 5, "queries answered before the kill")
+        victim = get(hosts[2], "/v1/health")[1]["active_partitions"]
+        procs[2].kill()  # no goodbye: its ZooKeeper session expires after 2 s
+        before = answered[0]
+
+        def moved() -> bool:
+            docs = [get(h, "/v1/health")[1] for h in hosts[:2]]
+            parts = sorted(p for d in docs for p in d["active_partitions"])
+            return parts == list(range(N)) and all(d["state"] == "RUNNING" for d in docs)
+
+        wait_for(moved, f"the survivors to take partitions {victim}", procs[:2])
+        wait_for(lambda: answered[0] >= before + 5, "queries answered after the move")
+        stop_load.set()
+        loader.join(30)
+        assert not failures and not mixed, (failures[:3], mixed[:3])
+        assert all(seen.get(p, 0) > 0 for p in victim)  # the new owners kept writing
+    finally:
+        stop_load.set()
+        codes, errors = stop(procs)
+    assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL, errors
+
+
+def partition_of(key: str) -> int:
+    """The partition of ``key`` (Kafka's partitioner over the string serde's bytes)."""
+    from txstore.codecs import partition_for_key
+
+    return partition_for_key(key.encode(), N)
+
+
+def seen_keys(host: str) -> list[Any]:
+    with QueryClient(host) as client:
+        return client.all("counts")
+
+
+def test_serve_zookeeper_members_take_over_a_killed_member(zookeeper: str, tmp_path: Path) -> None:
+    """Two ``txstore serve --zookeeper`` processes share the partitions; one is SIGKILLed and
+    the other takes them all once its ZooKeeper session expires; the client keeps answering."""
+    state = tmp_path / "state"
     load_state(state)
     hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
-    args = ["--registry", str(registry), "--num-partitions", str(N), "--session-timeout", "1.5"]
+    args = ["--zookeeper", zookeeper, "--zookeeper-root", f"/serve{os.getpid()}",
+            "--num-partitions", str(N), "--session-timeout", "1.5"]  # fmt: skip
     procs = [serve(state, h, *args) for h in hosts]
     try:
 
@@ -257,16 +355,10 @@ def test_registry_members_take_over_a_killed_member(tmp_path: Path) -> None:
         wait_for(split, "the two members to share the partitions", procs)
         with QueryClient(hosts) as client:
             assert [client.get("counts", k) for k in KEYS] == list(range(len(KEYS)))
-        procs[1].kill()  # no goodbye: its registration expires
-        wait_for(
-            lambda: (
-                get(hosts[0], "/v1/health")[1]["active_partitions"] == list(range(N))
-                and get(hosts[0], "/v1/health")[1]["state"] == "RUNNING"
-            ),
-            "the survivor to take every partition",
-        )
-        with QueryClient(hosts) as client:  # the dead member is in the bootstrap list
+        procs[1].kill()  # no goodbye: its session expires
+        with QueryClient(hosts, retry_timeout=30) as client:  # retried until the move
             assert [client.get("counts", k) for k in KEYS] == list(range(len(KEYS)))
+        assert get(hosts[0], "/v1/health")[1]["active_partitions"] == list(range(N))
     finally:
         codes, errors = stop(procs)
     assert codes[0] == 0 and codes[1] == -signal.SIGKILL, errors

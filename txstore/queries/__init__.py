@@ -3,16 +3,19 @@
 * :class:`Application` hosts an application's partitions on this instance, with a lifecycle,
   and gives read-only composite stores over them (:meth:`Application.store`) and discovery
   (:meth:`Application.query_metadata_for_key` and friends);
-* :class:`StaticAssignment` and :class:`RegistryMembership` say which instance owns which
+* :class:`StaticAssignment` (one host) and :class:`ZooKeeperMembership` (instances on any
+  machines, through ZooKeeper) say which instance owns which
   partition;
-* :class:`QueryServer` serves queries and metadata over HTTP (JSON), :class:`QueryClient` finds
-  a key's owner through any instance and queries it.
+* :func:`asgi_app` is the HTTP (JSON) query service as an ASGI application (Starlette),
+  :class:`QueryServer` serves it with uvicorn; :class:`QueryClient` (sync) and
+  :class:`AsyncQueryClient` (asyncio), on httpx, find a key's owner through any instance and
+  query it.
 
 See ``docs/queries.md``.
 
 May import: ``txstore.runtime`` and below. Its modules never import
-:mod:`txstore.queries.http` (this ``__init__`` re-exports :class:`QueryServer` and
-:class:`QueryClient` from it), nor ``txstore.spark`` or ``txstore.crashtest``.
+:mod:`txstore.queries.http` (this ``__init__`` re-exports :func:`asgi_app`, :class:`QueryServer`
+and the clients from it), nor ``txstore.spark`` or ``txstore.crashtest``.
 """
 
 from __future__ import annotations
@@ -20,14 +23,11 @@ from __future__ import annotations
 from txstore.queries.application import Application
 from txstore.queries.composite import CompositeKeyValueIterator, CompositeReadOnlyKeyValueStore
 from txstore.queries.hosting import PartitionWriter
+from txstore.queries.http.aclient import AsyncQueryClient
+from txstore.queries.http.asgi import asgi_app
 from txstore.queries.http.client import QueryClient
 from txstore.queries.http.server import QueryServer
-from txstore.queries.membership import (
-    Assignment,
-    Membership,
-    RegistryMembership,
-    StaticAssignment,
-)
+from txstore.queries.membership import Assignment, Membership, StaticAssignment
 from txstore.queries.specs import StoreSpec
 from txstore.queries.types import (
     HostInfo,
@@ -41,10 +41,12 @@ from txstore.queries.types import (
     TopicPartition,
 )
 from txstore.queries.windowed import CompositeReadOnlySessionStore, CompositeReadOnlyWindowStore
+from txstore.queries.zookeeper import ZooKeeperMembership
 
 __all__ = [
     "Application",
     "Assignment",
+    "AsyncQueryClient",
     "CompositeKeyValueIterator",
     "CompositeReadOnlyKeyValueStore",
     "CompositeReadOnlySessionStore",
@@ -57,7 +59,6 @@ __all__ = [
     "QueryServer",
     "QueryableStoreType",
     "QueryableStoreTypes",
-    "RegistryMembership",
     "State",
     "StaticAssignment",
     "StoreQueryParameters",
@@ -65,4 +66,6 @@ __all__ = [
     "StreamsMetadata",
     "ThreadState",
     "TopicPartition",
+    "ZooKeeperMembership",
+    "asgi_app",
 ]

@@ -100,14 +100,14 @@ class Application(PartitionHosting):
 
     Parameters:
 
-    * ``application_id``: names the application (registry directory, assignment check);
+    * ``application_id``: names the application (its ZooKeeper node, assignment check);
     * ``state_dir``: the state directory, ``<state_dir>/<partition>/`` per partition; every
       instance that may own a partition must reach it (one machine, or a shared filesystem);
     * ``stores``: the store builders (the "topology"): every partition holds every store;
     * ``application_server``: ``host:port`` where this instance's query service listens, as
       published in the metadata;
     * ``membership``: a :class:`~txstore.queries.StaticAssignment` (default: every partition
-      here, ``num_partitions`` required) or :class:`~txstore.queries.RegistryMembership`;
+      here, ``num_partitions`` required) or :class:`~txstore.queries.ZooKeeperMembership`;
     * ``source_topic``: the topic named in the metadata's ``topic_partitions``
       (default: ``application_id``);
     * ``partitioner``: ``f(key_bytes, num_partitions) -> partition`` (default: Kafka's murmur2
@@ -195,7 +195,7 @@ class Application(PartitionHosting):
         seconds; ``0``: do not wait). Raises :class:`~txstore.errors.IllegalStateError` if
         already started or stopped.
 
-        Cost: the membership's ``join`` (a registry membership writes its file), then, in
+        Cost: the membership's ``join`` (a ZooKeeper membership connects and registers), then, in
         the background thread, every assigned partition opened: its task recovered and its
         changelog replayed from the stores' committed offsets, O(records to replay) each. A
         ``timeout`` that expires raises ``IllegalStateError`` from :meth:`wait_until_running`
@@ -250,7 +250,7 @@ class Application(PartitionHosting):
             try:
                 self.membership.heartbeat()
                 a = self.membership.current()
-            except (OSError, TxStoreError) as exc:  # a shared directory hiccup: next tick
+            except (OSError, TxStoreError) as exc:  # a membership hiccup: next tick
                 _log.warning("membership not readable, keeping the assignment: %s", exc)
                 a = None
             try:
@@ -314,7 +314,7 @@ class Application(PartitionHosting):
         """The partition of ``key`` for ``store_name`` (its key serde and the partitioner).
 
         O(key size): one serialization and Kafka's murmur2 hash (or the custom partitioner).
-        Before the first assignment it asks the membership for one (a registry membership
+        Before the first assignment it asks the membership for one (a ZooKeeper membership
         raises :class:`~txstore.errors.InvalidArgumentError` before :meth:`start`). Raises
         :class:`~txstore.errors.UnknownStateStoreError` for a store the application does not
         have, ``InvalidArgumentError`` for a key the serde turns into ``None``, and the

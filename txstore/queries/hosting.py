@@ -160,6 +160,65 @@ class PartitionHosting(Lifecycle):
         """The partitions this instance keeps a read-only standby of, sorted. O(P log P)."""
         return sorted(self._standby)
 
+    @property
+    def waiting_partitions(self) -> list[int]:
+        """The assigned partitions still held by their previous owner (another process), sorted:
+        the last rebalance retries them. O(P log P)."""
+        return sorted(self._pending)
+
+    def set_restore_listener(self, listener: Callable[[int, Any], None] | None) -> None:
+        """Hear restores: ``listener(partition, RestoreProgress)`` (set before ``start``)."""
+        self._restore_listener = listener
+
+    def committed_positions(
+        self,
+        store_name: str,
+        stale: bool = False,
+        partitions: set[int] | None = None,
+        *,
+        cached: bool = False,
+    ) -> dict[int, int | None]:
+        """The committed changelog offset of ``store_name`` on every partition hosted here
+        (or those of ``partitions`` hosted here; active ones, with ``stale`` standbys too, an
+        active one winning), ``None`` for a partition never committed: the position (Kafka
+        IQv2's ``Position``) a query reflects.
+
+        O(P): one short LMDB read transaction per partition. With ``cached``, an active
+        partition's offset is remembered with its task's commit sequence and read again only
+        after a commit, under the partition's guard (commits happen in writer blocks, which
+        hold it): O(1) between commits, but it waits for a writer block as a read-uncommitted
+        read does. A partition closing is left out.
+        """
+        out: dict[int, int | None] = {}
+        tables = (self._standby, self._active) if stale else (self._active,)
+        for table in tables:
+            for p, hosted in table.items():
+                if partitions is not None and p not in partitions:
+                    continue
+                store = hosted.stores.get(store_name)
+                if store is None or hosted.closing:
+                    continue
+                try:
+                    if cached and hosted.task is not None:
+                        out[p] = self._cached_offset(hosted, store_name, store)
+                    else:
+                        out[p] = store.committed_offset
+                except TxStoreError:  # closed under us: it is moving
+                    out.pop(p, None)
+        return out
+
+    @staticmethod
+    def _cached_offset(hosted: HostedPartition, name: str, store: Any) -> int | None:
+        task = hosted.task
+        hit = hosted.offsets.get(name)
+        if hit is not None and hit[0] == task.commit_sequence:
+            return hit[1]
+        with hosted.guard:  # no commit in progress: the sequence and LMDB agree
+            seq = task.commit_sequence
+            offset: int | None = store.committed_offset
+        hosted.offsets[name] = (seq, offset)
+        return offset
+
     def writer(self, partition: int) -> _WriterBlock:
         """A block (``with app.writer(p) as w:``) in which the calling thread writes and
         commits ``partition`` through ``w`` (a :class:`PartitionWriter`).
@@ -187,13 +246,14 @@ class PartitionHosting(Lifecycle):
         lost, then open (recover + restore) the ones it gained. The background thread calls
         it every ``refresh_interval``; call it to react at once.
 
-        Reads the assignment (a static one: a ``stat`` of its file, if any; a registry
-        membership: its directory); no partition moves when it did not change. Each lost
-        partition is closed once the writer's block and the reads in flight on it end; each
-        gained one waits up to ``handover_timeout`` for its previous owner (else it is tried
-        again at the next call), then its task is recovered and its changelog replayed,
-        O(records to replay). Raises :class:`~txstore.errors.InvalidArgumentError` if the
-        assignment's partition count differs from the application's ``num_partitions``.
+        Reads the assignment (a static one: a ``stat`` of its file, if any; a ZooKeeper
+        membership: its cached members, re-read after its watch fired); no partition moves
+        when it did not change. Each lost partition is closed once the writer's block and the
+        reads in flight on it end; each gained one waits up to ``handover_timeout`` for its
+        previous owner (else it is tried again at the next call), then its task is recovered
+        and its changelog replayed, O(records to replay). Raises
+        :class:`~txstore.errors.InvalidArgumentError` if the assignment's partition count
+        differs from the application's ``num_partitions``.
         """
         self._apply(self.membership.current())
 
@@ -242,6 +302,9 @@ class PartitionHosting(Lifecycle):
                 hosted = self._open_standby(p)
                 if hosted is not None:
                     self._publish("standby", p, hosted)
+            publish = getattr(self.membership, "publish", None)
+            if publish is not None:  # a ZooKeeper member tells what it hosts now
+                publish(sorted(self._active), sorted(self._standby))
             if self._pending:
                 _log.warning(
                     "partitions %s are still held by their previous owner; retrying",

@@ -62,6 +62,8 @@ class HostedPartition:
         self._running = running
         self._readers: dict[tuple[str, str, bool], StoreReader] = {}
         self._readers_lock = threading.Lock()
+        #: Each store's committed offset as of a task commit sequence (a position cache).
+        self.offsets: dict[str, tuple[int, int | None]] = {}
 
     @property
     def task_id(self) -> str:

@@ -14,13 +14,11 @@ standby hosts. A *membership* produces the current assignment; the application p
   Rewrite the file (:meth:`StaticAssignment.write` replaces it atomically) to move partitions;
   every instance picks the change up at its next refresh.
 
-* :class:`RegistryMembership`: a shared directory where each instance registers
-  (``<dir>/<application_id>/<host>_<port>.json``), refreshes the file's modification time every
-  ``heartbeat_interval`` seconds and removes it when it stops; a member whose file is older than
-  ``session_timeout`` is gone (it crashed). Every instance computes the same assignment from the
-  same live members: partitions are spread evenly, each going to the highest-ranked member with
-  room (rendezvous hashing with a capacity of ``ceil(partitions / members)``), so a member
-  joining or leaving moves few partitions. Members on one machine or a shared filesystem.
+* :class:`~txstore.queries.ZooKeeperMembership` (:mod:`txstore.queries.zookeeper`): each
+  instance registers an ephemeral node in ZooKeeper; every instance computes the same assignment
+  from the same live members (:func:`spread`): partitions are spread evenly, each going to the
+  highest-ranked member with room (rendezvous hashing with a capacity of
+  ``ceil(partitions / members)``), so a member joining or leaving moves few partitions.
 
 The partition data itself moves through the shared state directory: the old owner closes the
 partition (releasing its ``writer.lock``), the new owner opens it and recovers + restores it.
@@ -43,7 +41,6 @@ import logging
 import math
 import os
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,11 +50,12 @@ from txstore.errors import InvalidArgumentError, InvalidTypeError, StorageError
 from txstore.queries.types import HostInfo
 
 __all__ = [
+    "MAX_PARTITIONS",
     "Assignment",
     "Membership",
-    "RegistryMembership",
     "StaticAssignment",
     "balanced",
+    "spread",
 ]
 
 _log = logging.getLogger("txstore.queries")
@@ -71,7 +69,7 @@ class Assignment:
     """Every partition's active host and standby hosts, and the members (sorted).
 
     ``active`` may miss partitions (unassigned: no host serves them); ``stores`` optionally
-    gives the store names a member hosts (registry members publish them), ``None`` meaning
+    gives the store names a member hosts (ZooKeeper members publish them), ``None`` meaning
     "the same stores as this instance". ``version`` identifies the content.
     """
 
@@ -201,6 +199,27 @@ def balanced(hosts: Sequence[HostInfo], num_partitions: int) -> dict[int, HostIn
                 load[h] += 1
                 break
     return out
+
+
+def spread(
+    members: Sequence[tuple[HostInfo, frozenset[str]]],
+    num_partitions: int,
+    num_standby_replicas: int,
+    application_id: str | None,
+) -> Assignment:
+    """The assignment every member computes from the same live ``members`` (address, stores):
+    actives by :func:`balanced`, each partition's standbys on the next-ranked other members.
+    Deterministic; O(P x M log M)."""
+    hosts = tuple(sorted(h for h, _ in members))
+    active = balanced(hosts, num_partitions)
+    standby: dict[int, tuple[HostInfo, ...]] = {}
+    if num_standby_replicas and len(hosts) > 1:
+        for p, owner in active.items():
+            ranked = sorted(
+                (h for h in hosts if h != owner), key=lambda h: _rank(h, p), reverse=True
+            )
+            standby[p] = tuple(sorted(ranked[:num_standby_replicas]))
+    return Assignment(num_partitions, hosts, active, standby, dict(members), application_id)
 
 
 class Membership(Protocol):
@@ -356,161 +375,3 @@ class StaticAssignment:
     def __repr__(self) -> str:
         where = str(self.path) if self.path is not None else "<dict>"
         return f"<StaticAssignment {where}>"
-
-
-class RegistryMembership:
-    """Members register in a shared directory; the assignment follows the live members (see
-    the module docstring)."""
-
-    def __init__(
-        self,
-        directory: str | os.PathLike[str],
-        num_partitions: int,
-        *,
-        num_standby_replicas: int = 0,
-        heartbeat_interval: float = 0.5,
-        session_timeout: float = 5.0,
-    ) -> None:
-        if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
-            raise InvalidTypeError("num_partitions must be an int")
-        if not 1 <= num_partitions <= MAX_PARTITIONS:
-            raise InvalidArgumentError(f"num_partitions must be in 1..{MAX_PARTITIONS}")
-        if num_standby_replicas < 0:
-            raise InvalidArgumentError("num_standby_replicas must be >= 0")
-        if not 0 < heartbeat_interval < session_timeout:
-            raise InvalidArgumentError("need 0 < heartbeat_interval < session_timeout")
-        self.directory = Path(directory)
-        self.num_partitions = num_partitions
-        self.num_standby_replicas = num_standby_replicas
-        self.refresh_interval = float(heartbeat_interval)
-        self.session_timeout = float(session_timeout)
-        self._root: Path | None = None
-        self._file: Path | None = None
-        self._doc: dict[str, Any] = {}
-        self._app_id: str | None = None
-        self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
-        self._current: Assignment | None = None
-
-    def _member_file(self, host: HostInfo) -> Path:
-        assert self._root is not None
-        safe = str(host).replace("[", "").replace("]", "").replace(":", "_")
-        return self._root / f"{safe}.json"
-
-    def join(self, application_id: str, host: HostInfo, store_names: Sequence[str]) -> None:
-        """Register: write this member's file, ``<directory>/<application_id>/<host>_<port>.json``
-        (``host``, ``store_names``, the pid and the partition count), atomically (temporary
-        file, fsync, rename).
-
-        Raises :class:`~txstore.errors.InvalidArgumentError` if ``host`` has no real port
-        (``localhost:0``), :class:`~txstore.errors.StorageError` if the file cannot be written.
-        """
-        if host.port <= 0:
-            raise InvalidArgumentError(
-                f"a registry member needs a real port in its application_server, got {host}"
-            )
-        self._app_id = application_id
-        self._root = self.directory / application_id
-        self._file = self._member_file(host)
-        self._doc = {
-            "application_server": str(host),
-            "stores": sorted(store_names),
-            "pid": os.getpid(),
-            "num_partitions": self.num_partitions,
-        }
-        try:
-            _write_json_atomically(self._file, self._doc)
-        except OSError as exc:
-            raise StorageError(f"cannot register in {str(self._root)!r}: {exc}") from exc
-
-    def heartbeat(self) -> None:
-        """Touch this member's file (one ``utime``), rewriting it if it was removed; a no-op
-        before :meth:`join` or after :meth:`leave`."""
-        if self._file is None:
-            return
-        try:
-            os.utime(self._file)
-        except FileNotFoundError:
-            _write_json_atomically(self._file, self._doc)  # removed from under us: re-register
-
-    def _members(self) -> list[tuple[HostInfo, frozenset[str]]]:
-        assert self._root is not None
-        now = time.time()
-        found: list[tuple[HostInfo, frozenset[str]]] = []
-        try:
-            entries = list(os.scandir(self._root))
-        except FileNotFoundError:
-            return []
-        for entry in entries:
-            if not entry.name.endswith(".json") or entry.name.startswith("."):
-                continue
-            try:
-                st = entry.stat()
-            except FileNotFoundError:
-                continue
-            if now - st.st_mtime > self.session_timeout:
-                continue
-            cached = self._cache.get(entry.name)
-            if cached is None or cached[0] != st.st_ino:
-                try:
-                    doc = json.loads(Path(entry.path).read_text())
-                    HostInfo.parse(doc["application_server"])
-                except (OSError, ValueError, KeyError, TypeError, InvalidArgumentError):
-                    continue  # being replaced, or not a member file
-                cached = (st.st_ino, doc)
-                self._cache[entry.name] = cached
-            doc = cached[1]
-            if int(doc.get("num_partitions", self.num_partitions)) != self.num_partitions:
-                _log.warning(
-                    "ignoring member %s: it has %s partitions, not %s",
-                    doc["application_server"],
-                    doc.get("num_partitions"),
-                    self.num_partitions,
-                )
-                continue
-            found.append(
-                (HostInfo.parse(doc["application_server"]), frozenset(doc.get("stores", ())))
-            )
-        return sorted(found)
-
-    def current(self) -> Assignment:
-        """The assignment computed from the live members: those whose file is younger than
-        ``session_timeout`` and has the same partition count. Partitions are spread by
-        :func:`balanced`, standbys go to the next-ranked members.
-
-        O(M + P x M log M) for M members and P partitions: one directory scan, a file read
-        only for a member file that is new or replaced. Raises
-        :class:`~txstore.errors.InvalidArgumentError` before :meth:`join`.
-        """
-        if self._root is None:
-            raise InvalidArgumentError("join() first")
-        members = self._members()
-        hosts = tuple(h for h, _ in members)
-        active = balanced(hosts, self.num_partitions)
-        standby: dict[int, tuple[HostInfo, ...]] = {}
-        if self.num_standby_replicas and len(hosts) > 1:
-            for p, owner in active.items():
-                ranked = sorted(
-                    (h for h in hosts if h != owner), key=lambda h: _rank(h, p), reverse=True
-                )
-                standby[p] = tuple(sorted(ranked[: self.num_standby_replicas]))
-        a = Assignment(
-            self.num_partitions,
-            hosts,
-            active,
-            standby,
-            dict(members),
-            self._app_id,
-        )
-        self._current = a
-        return a
-
-    def leave(self) -> None:
-        """Deregister: remove this member's file, so the others reassign its partitions at
-        their next refresh; idempotent."""
-        f, self._file = self._file, None
-        if f is not None:
-            with contextlib.suppress(FileNotFoundError):
-                f.unlink()
-
-    def __repr__(self) -> str:
-        return f"<RegistryMembership {str(self.directory)!r}>"

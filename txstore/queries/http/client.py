@@ -1,63 +1,46 @@
-"""A client of the HTTP query service that finds where each key lives.
+"""The sync query client, :class:`QueryClient`, on httpx (its asyncio twin:
+:mod:`txstore.queries.http.aclient`).
 
-Give :class:`QueryClient` any instance (or several); it learns the application's metadata from
-it (which instance owns which partition, the stores and their serdes), computes a key's
-partition itself (Kafka's murmur2 partitioner over the key serialized by the store's key serde;
-for custom partitioners or unknown serdes it asks an instance) and sends the query to the
-owner, over one keep-alive connection per instance and thread.
-
-When the owner answers 409 (the partition moved) or cannot be reached, the client re-reads the
-metadata and retries **once**; when an instance answers 503 (restoring, rebalancing) it retries
-with a short backoff for at most ``rebalance_wait`` seconds. Errors are raised as the txstore
-error the server names (:class:`~txstore.errors.StateStoreMigratedError`,
-:class:`~txstore.errors.UnknownStateStoreError`...), or
-:class:`~txstore.errors.QueryServiceError`.
-
-Queries over many keys (``range``, ``all``, ``prefix_scan``, ``fetch_all``, key-range
-``fetch`` and ``find_sessions``) ask each partition's owner for that partition, in partition
-order, and stop at ``limit`` items. An answer larger than the server's ``max_results`` (its
-bound per request) is read page after page: a truncated page names the position of its last
-item and the client asks again from just after it (:mod:`txstore.queries.http.paging`), so every
-answer is complete; a truncated page without a position (an older server) raises
-:class:`~txstore.errors.TruncatedResultError` rather than return part of the answer.
-
-The routing and the retries are in :mod:`txstore.queries.http.routing`, the connections in
-:mod:`txstore.queries.http.transport`.
+Both run the same logic (:mod:`txstore.queries.http.flows`, :mod:`txstore.queries.http.routing`):
+they learn the metadata from any instance, compute a key's partition, send each query to its
+partition's owner over pooled keep-alive connections, page through large answers, and retry an
+unreachable, moved or rebalancing owner (backoff, metadata refresh) for up to
+``retry_timeout`` seconds. Errors are raised as the txstore error the server names
+(:class:`~txstore.errors.StateStoreMigratedError`, :class:`~txstore.errors.UnknownStateStoreError`,
+:class:`~txstore.errors.NotCaughtUpError`...), or :class:`~txstore.errors.QueryServiceError`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
-from txstore.errors import InvalidArgumentError, TruncatedResultError
-from txstore.queries.http.routing import RoutingClient, StoreInfo
-from txstore.queries.http.wire import decode_key, decode_value, decoder
-from txstore.queries.types import QueryableStoreTypes
+from txstore.queries.http.flows import QueryFlows
+from txstore.queries.http.transport import SyncTransport
+from txstore.queries.types import HostInfo, KeyQueryMetadata, StreamsMetadata
 from txstore.types import KeyValue
 
 __all__ = ["QueryClient"]
 
 
-class QueryClient(RoutingClient):
+class QueryClient(QueryFlows, SyncTransport):
     """Query an application through its HTTP query services (see the module docstring).
 
     ``bootstrap``: one ``"host:port"`` or several; ``token``: the bearer token; ``timeout``:
-    seconds per HTTP request; ``rebalance_wait``: how long to retry while an instance answers
-    503. Thread-safe: each thread gets its own connections. Creating one is O(1) and sends
-    nothing; close it (or use it in a ``with`` block) to close its connections.
+    seconds per HTTP request; ``retry_timeout``: how long a query retries an unreachable,
+    moved (409) or rebalancing (503) instance, re-reading the metadata between tries
+    (``rebalance_wait`` is its old name); ``max_connections``: the connection pool's size.
+    Thread-safe (one pool shared by the threads). Creating one is O(1) and sends nothing;
+    close it (or use it in a ``with`` block) to close its connections.
 
-    Costs: the first query, and any query after a 409 or an unreachable owner, first reads the
-    metadata (two HTTP requests to the first instance that answers: instances and stores);
-    a key's partition is computed locally. Errors: a store the application does not have
-    raises :class:`~txstore.errors.UnknownStateStoreError` (after one metadata refresh); a
-    partition no instance hosts :class:`~txstore.errors.StateStoreNotAvailableError`; a
-    query the server refuses raises the error it names
-    (:class:`~txstore.errors.StateStoreMigratedError` after the one retry,
-    :class:`~txstore.errors.InvalidArgumentError` for bad arguments...), else
-    :class:`~txstore.errors.QueryServiceError` (``status`` 0: no instance reachable).
+    Costs: the first query, and any retried one, first reads the metadata (two HTTP requests
+    to the first instance that answers: instances and stores); a key's partition is computed
+    locally. Errors: a store the application does not have raises
+    :class:`~txstore.errors.UnknownStateStoreError`; a partition no instance hosts (after
+    ``retry_timeout``) :class:`~txstore.errors.StateStoreNotAvailableError`; a query the
+    server refuses raises the error it names (:class:`~txstore.errors.InvalidArgumentError`
+    for bad arguments...), else :class:`~txstore.errors.QueryServiceError` (``status`` 0: no
+    instance reachable).
 
     >>> import tempfile
     >>> from txstore import Serdes, Stores
@@ -80,78 +63,63 @@ class QueryClient(RoutingClient):
     >>> state_dir.cleanup()
     """
 
-    # ---- decoding -----------------------------------------------------------------------
-
-    def _decoders(
-        self, info: StoreInfo, type_name: str | None
-    ) -> tuple[Callable[[Any], Any], Callable[[Any], Any], str]:
-        qtype = QueryableStoreTypes.by_name(type_name or info.default_type)
-        return (
-            decoder(info.key_serde, info.key),
-            decoder(info.value_serde, info.value),
-            qtype.value_type,
-        )
-
-    def _options(
-        self, type: str | None, stale: bool, read_committed: bool, extra: dict[str, Any]
-    ) -> dict[str, Any]:
-        q = dict(extra)
-        if type is not None:
-            q["type"] = type
-        if stale:
-            q["stale"] = "true"
-        if read_committed:
-            q["read_committed"] = "true"
-        return q
-
-    def _items(
-        self, info: StoreInfo, docs: list[dict[str, Any]], type: str | None, windowed: str | None
-    ) -> list[KeyValue[Any, Any]]:
-        kdec, vdec, wrapper = self._decoders(info, type)
-        out = []
-        for d in docs:
-            if "timestamp" in d and "key" not in d:
-                key: Any = int(d["timestamp"])
-            else:
-                key = decode_key(d["key"], kdec, windowed)
-            out.append(KeyValue(key, decode_value(d["value"], wrapper, vdec)))
-        return out
-
-    # ---- queries ------------------------------------------------------------------------
-
-    def _path(self, store: str, op: str) -> str:
-        return f"/v1/stores/{quote(store, safe='')}/{op}"
-
-    def _to_owner(
-        self, info: StoreInfo, key: Any, stale: bool, op: str, query: dict[str, Any]
-    ) -> Any:
-        """Send ``op`` on ``key`` to the key's owner (with the retries of :meth:`_routed`)."""
-        return self._routed(
-            lambda fb: self._locate_key(info, key, stale, fb), self._path(info.name, op), query
-        )
-
-    def _keyed_pages(
+    def __init__(
         self,
-        info: StoreInfo,
-        key: Any,
-        stale: bool,
-        op: str,
-        query: dict[str, Any],
-        limit: int | None,
-    ) -> list[dict[str, Any]]:
-        """Every item of an iterator query on one key, from its owner, page after page."""
-        return self._pages(
-            lambda fb: self._locate_key(info, key, stale, fb), info.name, op, query, limit
-        )
-
-    def _key_range(
-        self, info: StoreInfo, query: dict[str, Any], lo: Any, hi: Any, lo_name: str, hi_name: str
+        bootstrap: str | Sequence[str],
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retry_timeout: float | None = None,
+        rebalance_wait: float | None = None,
+        max_connections: int = 16,
     ) -> None:
-        """Add the bounds of a key range to ``query`` (``None``: unbounded)."""
-        if lo is not None:
-            query.update(self._key_query(info, lo, lo_name))
-        if hi is not None:
-            query.update(self._key_query(info, hi, hi_name))
+        wait = retry_timeout if retry_timeout is not None else rebalance_wait
+        QueryFlows.__init__(self, bootstrap, retry_timeout=10.0 if wait is None else wait)
+        SyncTransport.__init__(self, token=token, timeout=timeout, max_connections=max_connections)
+
+    def request(
+        self,
+        host: str | HostInfo,
+        path: str,
+        query: dict[str, Any] | None = None,
+        method: str = "GET",
+        body: Any = None,
+    ) -> Any:
+        """One request to one instance, without routing or retries: the decoded JSON answer;
+        an error answer raises its error (as queries do)."""
+        h = host if isinstance(host, HostInfo) else HostInfo.parse(host)
+        return self._drive(self._call(h, path, query, method, body))
+
+    def refresh(self) -> None:
+        """Re-read the metadata and the stores from any instance (two HTTP requests, retried
+        as queries are)."""
+        self._drive(self._retrying(lambda _: self._refresh()))
+
+    def metadata(self) -> list[StreamsMetadata]:
+        """Every instance (fresh from an instance): a :meth:`refresh`, two HTTP requests."""
+        return self._drive(self._metadata_flow())
+
+    def metadata_for_store(self, store: str) -> list[StreamsMetadata]:
+        """The instances hosting ``store``: one HTTP request to any instance, uncached."""
+        return self._drive(self._metadata_for_store_flow(store))
+
+    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+        """Where ``key`` lives, as an instance computes it: one HTTP request to any instance
+        (after a :meth:`refresh` the first time ``store`` is seen). Raises
+        :class:`~txstore.errors.UnknownStateStoreError` for an unknown store."""
+        return self._drive(self._metadata_for_key_flow(store, key))
+
+    def stores(self) -> list[dict[str, Any]]:
+        """The application's stores (name, kind, format, serdes...): one HTTP request."""
+        return self._drive(self._stores_flow())
+
+    def health(self, host: str | HostInfo) -> dict[str, Any]:
+        """The ``/v1/health`` document of one instance: one HTTP request to it, not retried.
+
+        Raises :class:`~txstore.errors.InvalidArgumentError` for a malformed ``host`` and
+        :class:`~txstore.errors.QueryServiceError` (``status`` 0) if it cannot be reached.
+        """
+        return self._drive(self._health_flow(host))
 
     def get(
         self,
@@ -161,71 +129,31 @@ class QueryClient(RoutingClient):
         type: str | None = None,
         stale: bool = False,
         read_committed: bool = False,
+        min_position: Mapping[int, int] | None = None,
+        wait: float | None = None,
     ) -> Any:
         """The value of ``key`` in key-value store ``store`` (None if absent), from its owner.
+
+        ``min_position`` (``{partition: committed offset}``) demands an answer reflecting at
+        least those commits: the owner waits up to ``wait`` seconds for them, then the client
+        raises :class:`~txstore.errors.NotCaughtUpError`. The position the answer reflects is
+        in :attr:`last_position`.
 
         One HTTP request to the key's owner (plus, for a custom partitioner or a key serde the
         client does not know, one to ask an instance for the key's partition). Errors and
         retries as in the class docstring.
         """
-        info = self._store(store)
-        q = self._options(type, stale, read_committed, self._key_query(info, key))
-        doc = self._to_owner(info, key, stale, "get", q)
-        _, vdec, wrapper = self._decoders(info, type)
-        return decode_value(doc["value"], wrapper, vdec)
-
-    def _fan_out(
-        self,
-        store: str,
-        op: str,
-        query: dict[str, Any],
-        limit: int | None,
-        windowed: str | None,
-        type: str | None,
-    ) -> list[KeyValue[Any, Any]]:
-        info = self._store(store)
-        stale = query.get("stale") == "true"
-        out: list[KeyValue[Any, Any]] = []
-        for p in range(self._metadata().num_partitions):
-            locate = functools.partial(self._locate_partition, p, stale)
-            docs = self._pages(locate, store, op, dict(query, partition=p), limit, len(out))
-            out += self._items(info, docs, type, windowed)
-            if limit is not None and len(out) >= limit:
-                return out[:limit]
-        return out
-
-    def _pages(
-        self,
-        locate: Callable[[bool], tuple[Any, int]],
-        store: str,
-        op: str,
-        query: dict[str, Any],
-        limit: int | None,
-        have: int = 0,
-    ) -> list[dict[str, Any]]:
-        """Every item of an iterator query on one partition (or ``limit - have`` of them),
-        page after page: a truncated answer's ``resume`` position goes back as ``after``
-        (see :mod:`txstore.queries.http.paging`). A truncated answer without one raises
-        :class:`~txstore.errors.TruncatedResultError`."""
-        items: list[dict[str, Any]] = []
-        q = dict(query)
-        while True:
-            if limit is not None:
-                q["limit"] = limit - have - len(items)
-            doc = self._routed(locate, self._path(store, op), q)
-            items += doc["items"]
-            if not doc.get("truncated") or (limit is not None and have + len(items) >= limit):
-                return items
-            resume = doc.get("resume")
-            if not isinstance(resume, str) or not doc["items"]:
-                raise TruncatedResultError(
-                    f"the answer of {op!r} on store {store!r} (partition "
-                    f"{query.get('partition', 'of the key')}) was truncated at the server's "
-                    f"result limit after {len(items)} items, and the server gave no position "
-                    "to resume from (an older server?); narrow the query (a smaller key or "
-                    "time range) or pass limit= to take only the first items"
-                )
-            q["after"] = resume
+        return self._drive(
+            self._get(
+                store,
+                key,
+                type=type,
+                stale=stale,
+                read_committed=read_committed,
+                min_position=min_position,
+                wait=wait,
+            )
+        )
 
     def range(
         self,
@@ -247,13 +175,18 @@ class QueryClient(RoutingClient):
         ``max_results`` items is read page after page (one more request a page), so the answer
         is complete. Errors and retries as in the class docstring.
         """
-        info = self._store(store)
-        q: dict[str, Any] = {}
-        self._key_range(info, q, key_from, key_to, "from", "to")
-        if reverse:
-            q["reverse"] = "true"
-        q = self._options(type, stale, read_committed, q)
-        return self._fan_out(store, "range", q, limit, None, type)
+        return self._drive(
+            self._range(
+                store,
+                key_from,
+                key_to,
+                reverse=reverse,
+                limit=limit,
+                type=type,
+                stale=stale,
+                read_committed=read_committed,
+            )
+        )
 
     def all(
         self,
@@ -264,18 +197,29 @@ class QueryClient(RoutingClient):
         type: str | None = None,
         stale: bool = False,
         read_committed: bool = False,
+        min_position: Mapping[int, int] | None = None,
+        wait: float | None = None,
     ) -> list[KeyValue[Any, Any]]:
-        """Every pair of a key-value or window store, partition after partition.
+        """Every pair of a key-value or window store, partition after partition (with
+        ``min_position`` and ``wait`` as :meth:`get`).
 
         One HTTP request per partition, in partition order, to each partition's owner,
         stopping once ``limit`` items arrived. A partition with more than the server's
         ``max_results`` items is read page after page (one more request a page), so the answer
         is complete. Errors and retries as in the class docstring.
         """
-        info = self._store(store)
-        q = self._options(type, stale, read_committed, {"reverse": "true"} if reverse else {})
-        windowed = "time" if info.kind == "window" else None
-        return self._fan_out(store, "all", q, limit, windowed, type)
+        return self._drive(
+            self._all(
+                store,
+                reverse=reverse,
+                limit=limit,
+                type=type,
+                stale=stale,
+                read_committed=read_committed,
+                min_position=min_position,
+                wait=wait,
+            )
+        )
 
     def prefix_scan(
         self,
@@ -294,9 +238,11 @@ class QueryClient(RoutingClient):
         ``max_results`` items is read page after page (one more request a page), so the answer
         is complete. Errors and retries as in the class docstring.
         """
-        info = self._store(store)
-        q = self._options(type, stale, read_committed, self._key_query(info, prefix, "prefix"))
-        return self._fan_out(store, "prefix", q, limit, None, type)
+        return self._drive(
+            self._prefix_scan(
+                store, prefix, limit=limit, type=type, stale=stale, read_committed=read_committed
+            )
+        )
 
     def approximate_num_entries(self, store: str, *, read_committed: bool = False) -> int:
         """The sum of the partitions' approximate entry counts.
@@ -304,17 +250,7 @@ class QueryClient(RoutingClient):
         One HTTP request per partition, to its owner. Errors and retries as in the class
         docstring.
         """
-        self._store(store)
-        q = self._options(None, False, read_committed, {})
-        total = 0
-        for p in range(self._metadata().num_partitions):
-            doc = self._routed(
-                functools.partial(self._locate_partition, p, False),
-                self._path(store, "count"),
-                dict(q, partition=p),
-            )
-            total += int(doc["count"])
-        return total
+        return self._drive(self._approximate_num_entries(store, read_committed=read_committed))
 
     def fetch(
         self,
@@ -335,30 +271,16 @@ class QueryClient(RoutingClient):
         server's ``max_results``, as :meth:`range` says. Another number of arguments raises
         :class:`~txstore.errors.InvalidArgumentError`.
         """
-        info = self._store(store)
-        extra: dict[str, Any] = {"backward": "true"} if backward else {}
-        if len(args) in (2, 3):
-            key = args[0]
-            q: dict[str, Any] = dict(self._key_query(info, key))
-            if len(args) == 2:
-                q["time"] = args[1]
-            else:
-                q.update(time_from=args[1], time_to=args[2])
-            q = self._options(type, stale, read_committed, {**extra, **q})
-            if len(args) == 2:
-                doc = self._to_owner(info, key, stale, "fetch", q)
-                _, vdec, wrapper = self._decoders(info, type)
-                return decode_value(doc["value"], wrapper, vdec)
-            return self._items(
-                info, self._keyed_pages(info, key, stale, "fetch", q, limit), type, "time"
+        return self._drive(
+            self._fetch(
+                store,
+                *args,
+                backward=backward,
+                limit=limit,
+                type=type,
+                stale=stale,
+                read_committed=read_committed,
             )
-        if len(args) == 4:
-            q = dict(extra, time_from=args[2], time_to=args[3])
-            self._key_range(info, q, args[0], args[1], "key_from", "key_to")
-            q = self._options(type, stale, read_committed, q)
-            return self._fan_out(store, "fetch", q, limit, "time", type)
-        raise InvalidArgumentError(
-            f"fetch takes 2, 3 or 4 arguments after the store, got {len(args)}"
         )
 
     def fetch_all(
@@ -380,11 +302,18 @@ class QueryClient(RoutingClient):
         ``max_results`` items is read page after page (one more request a page), so the answer
         is complete. Errors and retries as in the class docstring.
         """
-        q: dict[str, Any] = {"time_from": time_from, "time_to": time_to}
-        if backward:
-            q["backward"] = "true"
-        q = self._options(type, stale, read_committed, q)
-        return self._fan_out(store, "fetch_all", q, limit, "time", type)
+        return self._drive(
+            self._fetch_all(
+                store,
+                time_from,
+                time_to,
+                backward=backward,
+                limit=limit,
+                type=type,
+                stale=stale,
+                read_committed=read_committed,
+            )
+        )
 
     def find_sessions(
         self,
@@ -404,22 +333,17 @@ class QueryClient(RoutingClient):
         server's ``max_results``, as :meth:`range` says. Another number of arguments raises
         :class:`~txstore.errors.InvalidArgumentError`.
         """
-        info = self._store(store)
-        extra: dict[str, Any] = {"backward": "true"} if backward else {}
-        if len(args) == 3:
-            key = args[0]
-            q = dict(
-                extra, earliest_end=args[1], latest_start=args[2], **self._key_query(info, key)
+        return self._drive(
+            self._find_sessions(
+                store,
+                *args,
+                backward=backward,
+                limit=limit,
+                type=type,
+                stale=stale,
+                read_committed=read_committed,
             )
-            q = self._options(type, stale, read_committed, q)
-            docs = self._keyed_pages(info, key, stale, "sessions", q, limit)
-            return self._items(info, docs, type, "session")
-        if len(args) == 4:
-            q = dict(extra, earliest_end=args[2], latest_start=args[3])
-            self._key_range(info, q, args[0], args[1], "key_from", "key_to")
-            q = self._options(type, stale, read_committed, q)
-            return self._fan_out(store, "sessions", q, limit, "session", type)
-        raise InvalidArgumentError(f"find_sessions takes 3 or 4 arguments, got {len(args)}")
+        )
 
     def fetch_session(
         self,
@@ -438,12 +362,17 @@ class QueryClient(RoutingClient):
         client does not know, one to ask an instance for the key's partition). Errors and
         retries as in the class docstring.
         """
-        info = self._store(store)
-        q = dict(self._key_query(info, key), start=session_start, end=session_end)
-        q = self._options(type, stale, read_committed, q)
-        doc = self._to_owner(info, key, stale, "session", q)
-        _, vdec, wrapper = self._decoders(info, type)
-        return decode_value(doc["value"], wrapper, vdec)
+        return self._drive(
+            self._fetch_session(
+                store,
+                key,
+                session_start,
+                session_end,
+                type=type,
+                stale=stale,
+                read_committed=read_committed,
+            )
+        )
 
     def __enter__(self) -> QueryClient:
         return self

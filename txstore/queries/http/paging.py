@@ -69,7 +69,8 @@ class Position:
         """The position of an ``after`` text; a malformed one is a 400 answer."""
         try:
             seg, count, b64 = text.split(".", 2)
-            raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+            padded = (b64 + "=" * (-len(b64) % 4)).replace("-", "+").replace("_", "/")
+            raw = base64.b64decode(padded, validate=True)
             pos = cls(int(seg, 10), raw, int(count, 10))
         except (ValueError, binascii.Error):
             raise bad(f"malformed after position {text[:60]!r}") from None
@@ -79,13 +80,19 @@ class Position:
 
     @property
     def time(self) -> int:
-        """The timestamp a single key's window position ends with (``L(start)``)."""
+        """The timestamp a single key's window position ends with (``L(start)``); a position
+        too short to hold one is a 400 answer."""
+        if len(self.raw) < 8:
+            raise bad("malformed after position: too short for a window position")
         t: int = _Q.unpack_from(self.raw, len(self.raw) - 8)[0]
         return t
 
     @property
     def session_end(self) -> int:
-        """The session end of a session position (``key || L(end) || L(start)``)."""
+        """The session end of a session position (``key || L(end) || L(start)``); a position
+        too short to hold one is a 400 answer."""
+        if len(self.raw) < 16:
+            raise bad("malformed after position: too short for a session position")
         t: int = _Q.unpack_from(self.raw, len(self.raw) - 16)[0]
         return t
 

@@ -2,8 +2,9 @@
 
 An error answer is ``{"error": <txstore error class>, "message": ..., "status": ...}``; the
 status says what to do: 400 bad arguments, 404 unknown store or path, 409 migrated (the key's
-partition is not here: ``active_host`` names its owner), 503 starting, rebalancing or stopping
-(retry), 500 otherwise (the message hides the details; the server logs them).
+partition is not here: ``active_host`` names its owner), 412 not caught up (a demanded position
+was not reached in time), 503 starting, rebalancing or stopping (retry), 500 otherwise (a bug:
+the message hides the details; the server logs them).
 
 >>> status_for(StateStoreMigratedError("moved")), status_for(KeyError("x"))
 (409, 500)
@@ -13,6 +14,8 @@ partition is not here: ``active_host`` names its owner), 503 starting, rebalanci
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -22,6 +25,7 @@ from txstore.errors import (
     InvalidStateStoreError,
     InvalidStateStorePartitionError,
     InvalidTypeError,
+    NotCaughtUpError,
     SerializationError,
     StateStoreMigratedError,
     StateStoreNotAvailableError,
@@ -32,7 +36,22 @@ from txstore.errors import (
     UnsupportedOperationError,
 )
 
-__all__ = ["Args", "HttpError", "bad", "error_doc", "status_for"]
+__all__ = [
+    "MAX_DEPTH",
+    "Args",
+    "HttpError",
+    "bad",
+    "error_doc",
+    "parse_bound",
+    "parse_json",
+    "status_for",
+]
+
+#: The deepest nesting of arrays and objects a request body may have.
+MAX_DEPTH = 32
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BOUND = re.compile(r"(\d{1,9}):(-?\d{1,19})")
 
 
 class HttpError(Exception):
@@ -58,6 +77,8 @@ def status_for(exc: BaseException) -> int:
     """The HTTP status of an error raised by a query (see the module docstring)."""
     if isinstance(exc, UnknownStateStoreError):
         return 404
+    if isinstance(exc, NotCaughtUpError):
+        return 412
     if isinstance(exc, (StateStoreMigratedError, InvalidStateStorePartitionError)):
         return 409
     if isinstance(
@@ -93,15 +114,85 @@ def error_doc(exc: BaseException) -> dict[str, Any]:
     return {"error": name, "message": message, "status": status}
 
 
-class Args:
-    """A request's query parameters (each at most once)."""
+def _reject_constant(name: str) -> Any:
+    raise bad(f"the body holds {name}, which is not JSON")
 
-    def __init__(self, query: str) -> None:
+
+def parse_json(body: bytes) -> Any:
+    """A request body as JSON, strictly: UTF-8, no ``NaN``/``Infinity``, at most
+    :data:`MAX_DEPTH` levels of arrays and objects, no lone surrogate in a string; anything
+    else is a 400 answer.
+
+    >>> parse_json(b'{"keys": ["a"]}')
+    {'keys': ['a']}
+    >>> parse_json(b"[" * 40 + b"]" * 40)
+    Traceback (most recent call last):
+    ...
+    txstore.queries.http.protocol.HttpError: the body nests deeper than 32 levels
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad("the body is not UTF-8") from None
+    depth = deepest = 0
+    for ch in _STRINGS.sub("", text):
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    raise bad(f"the body nests deeper than {MAX_DEPTH} levels")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise bad(f"the body is not JSON: {exc}") from None
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad("the body holds a lone surrogate (\\udXXX) in a string") from None
+    return doc
+
+
+def parse_bound(text: str | None) -> dict[int, int]:
+    """A ``min_position`` argument, ``<partition>:<offset>[,...]``, as a dict (400 if
+    malformed).
+
+    >>> parse_bound("0:15,3:7")
+    {0: 15, 3: 7}
+    """
+    if not text:
+        return {}
+    out: dict[int, int] = {}
+    for part in text.split(","):
+        m = _BOUND.fullmatch(part.strip())
+        if m is None:
+            raise bad(f"min_position must be <partition>:<offset>[,...], got {text[:60]!r}")
+        out[int(m[1])] = int(m[2])
+    return out
+
+
+class Args:
+    """A request's query parameters (each at most once). Percent-escapes must decode to UTF-8
+    text without lone surrogates (400 otherwise)."""
+
+    def __init__(self, query: str | bytes) -> None:
         try:
-            parsed = parse_qs(query, keep_blank_values=True, max_num_fields=64)
-        except ValueError as exc:
+            if isinstance(query, bytes):
+                query = query.decode("ascii")
+            parsed = parse_qs(
+                query,
+                keep_blank_values=True,
+                max_num_fields=64,
+                errors="strict",
+                strict_parsing=False,
+            )
+        except ValueError as exc:  # UnicodeDecodeError too
             raise bad(f"bad query string: {exc}") from None
         self._d: dict[str, str] = {}
+        #: The partitions the query read (set by the service; None: every hosted one).
+        self.touched: set[int] | None = None
         for k, vs in parsed.items():
             if len(vs) != 1:
                 raise bad(f"parameter {k!r} is given {len(vs)} times")

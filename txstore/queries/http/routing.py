@@ -1,14 +1,21 @@
-"""The query client's routing: the application's metadata, where a key lives, the retries.
+"""The query clients' routing: the application's metadata, where a key lives, the retries.
 
-:class:`RoutingClient` (the base of :class:`~txstore.queries.QueryClient`) learns the
-application's metadata from any instance it knows (which instance owns which partition, the
-stores and their serdes), computes a key's partition itself (Kafka's murmur2 partitioner over
-the key serialized by the store's key serde; for custom partitioners or unknown serdes it asks
-an instance) and sends a query to the partition's owner.
+:class:`RoutingFlows` (the base of both clients' logic) learns the application's metadata from
+any instance it knows (which instance owns which partition, the stores and their serdes),
+computes a key's partition itself (Kafka's murmur2 partitioner over the key serialized by the
+store's key serde; for custom partitioners or unknown serdes it asks an instance) and sends a
+query to the partition's owner.
 
-When the owner answers 409 (the partition moved) or cannot be reached, it re-reads the
-metadata and retries **once**; when an instance answers 503 (restoring, rebalancing) it retries
-with a short backoff for at most ``rebalance_wait`` seconds.
+Retries (:meth:`RoutingFlows._retrying`): when an instance cannot be reached, answers 409
+(the partition moved) or 503 (starting, restoring, rebalancing), the client waits (backoff from
+20 ms, doubling up to 0.5 s), re-reads the metadata from any instance that answers (the
+bootstrap ones, then every instance it learnt of) and tries again on the partition's owner as
+the metadata now names it (a stale query: on a standby) - for up to ``retry_timeout``
+seconds. The first metadata read happens inside that loop too, so a client created while its
+instances start or move waits for them. Other errors are raised at once.
+
+The methods here are generators (flows, see :mod:`txstore.queries.http.transport`); the
+clients run them.
 """
 
 from __future__ import annotations
@@ -21,22 +28,24 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from txstore import errors
 from txstore.codecs import partition_for_key
 from txstore.errors import (
     InvalidArgumentError,
+    InvalidStateStoreError,
+    NotCaughtUpError,
     QueryServiceError,
     StateStoreNotAvailableError,
     TxStoreError,
+    UnknownStateStoreError,
 )
-from txstore.queries.http.transport import HttpTransport, raise_for
+from txstore.queries.http.transport import Call, Flow, Sleep, raise_for
 from txstore.queries.http.wire import key_to_json, key_to_text
 from txstore.queries.types import HostInfo, KeyQueryMetadata, StreamsMetadata
 from txstore.stores.serdes import Serde, serde_by_name
 
-__all__ = ["RoutingClient", "StoreInfo"]
+__all__ = ["RoutingFlows", "StoreInfo"]
 
-_WAIT = (503,)
+_RETRY = (0, 409, 503)
 
 
 @dataclass(frozen=True)
@@ -69,33 +78,52 @@ def _serde(name: str) -> Serde[Any] | None:
         return None
 
 
-class RoutingClient(HttpTransport):
-    """The metadata and the routing of a :class:`~txstore.queries.QueryClient` (see the module
-    docstring). ``bootstrap``: one ``"host:port"`` or several; ``rebalance_wait``: how long to
-    retry while an instance answers 503; ``token`` and ``timeout`` go to the transport."""
+def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, (UnknownStateStoreError, NotCaughtUpError)):
+        return False
+    if isinstance(exc, StateStoreNotAvailableError):
+        return True
+    return getattr(exc, "status", None) in _RETRY
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        *,
-        token: str | None = None,
-        timeout: float = 10.0,
-        rebalance_wait: float = 10.0,
-    ) -> None:
+
+class RoutingFlows:
+    """The metadata and the routing of the query clients (see the module docstring).
+    ``bootstrap``: one ``"host:port"`` or several; ``retry_timeout``: how long a query retries
+    unreachable, moved or rebalancing instances before raising the last error."""
+
+    def __init__(self, bootstrap: str | Sequence[str], *, retry_timeout: float) -> None:
         items = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
         if not items:
             raise InvalidArgumentError("give at least one instance")
         self._bootstrap = [HostInfo.parse(b) for b in items]
-        super().__init__(token=token, timeout=timeout)
-        self.rebalance_wait = float(rebalance_wait)
+        if retry_timeout < 0:
+            raise InvalidArgumentError("retry_timeout must be >= 0")
+        self.retry_timeout = float(retry_timeout)
         self._meta: _Meta | None = None
         self._stores: dict[str, StoreInfo] = {}
         self._meta_lock = threading.Lock()
+        #: The position of the last answer: ``{store: {partition: committed offset}}``.
+        self.last_position: dict[str, dict[int, int | None]] = {}
 
-    # ---- metadata -----------------------------------------------------------------------
+    # ---- requests -----------------------------------------------------------------------
 
-    def _any(self, path: str, query: dict[str, Any] | None = None) -> Any:
-        """Ask the known instances in turn until one answers."""
+    def _call(
+        self,
+        host: HostInfo,
+        path: str,
+        query: dict[str, Any] | None = None,
+        method: str = "GET",
+        body: Any = None,
+    ) -> Flow[Any]:
+        """The decoded answer of one request; an error answer raises its error."""
+        status, doc = yield Call(host, method, path, query, body)
+        if status != 200:
+            raise_for(status, doc)
+        return doc
+
+    def _any(self, path: str, query: dict[str, Any] | None = None) -> Flow[Any]:
+        """Ask the known instances in turn until one answers (an unreachable or 503 one is
+        skipped); raises the last one's error."""
         hosts = list(self._bootstrap)
         meta = self._meta
         if meta is not None:
@@ -103,7 +131,7 @@ class RoutingClient(HttpTransport):
         last: Exception | None = None
         for host in hosts:
             try:
-                return self._call(host, path, query)
+                return (yield from self._call(host, path, query))
             except TxStoreError as exc:  # QueryServiceError, or the error the server named
                 if getattr(exc, "status", None) not in (0, 503):
                     raise
@@ -111,22 +139,37 @@ class RoutingClient(HttpTransport):
         assert last is not None
         raise last
 
-    def refresh(self) -> None:
-        """Re-read the metadata and the stores from any instance.
+    def _retrying(self, attempt: Callable[[bool], Flow[Any]]) -> Flow[Any]:
+        """Run ``attempt(retrying)`` until it succeeds, retrying unreachable, moved and
+        rebalancing instances with backoff and a metadata refresh for up to
+        ``retry_timeout`` seconds (see the module docstring)."""
+        deadline = time.monotonic() + self.retry_timeout
+        delay = 0.02
+        retrying = False
+        while True:
+            try:
+                return (yield from attempt(retrying))
+            except (QueryServiceError, InvalidStateStoreError) as exc:
+                if not _retriable(exc) or time.monotonic() + delay > deadline:
+                    raise
+            yield Sleep(delay)
+            delay = min(delay * 2, 0.5)
+            retrying = True
+            with contextlib.suppress(TxStoreError):  # all down or busy: the next try reports it
+                yield from self._refresh()
 
-        Two HTTP requests (``/v1/metadata`` and ``/v1/stores``), each to the first known
-        instance that answers (an unreachable or 503 one is skipped). Raises the last
-        instance's error, :class:`~txstore.errors.QueryServiceError` with ``status`` 0 when
-        none was reachable.
-        """
-        doc = self._any("/v1/metadata")
+    # ---- metadata -----------------------------------------------------------------------
+
+    def _refresh(self) -> Flow[None]:
+        """Re-read the metadata and the stores from any instance: two requests."""
+        doc = yield from self._any("/v1/metadata")
         instances = tuple(StreamsMetadata.from_json(d) for d in doc["instances"])
         owners = {p: m.host_info for m in instances for p in m.partitions}
         standbys: dict[int, tuple[HostInfo, ...]] = {}
         for m in instances:
             for p in m.standby_partitions:
                 standbys[p] = (*standbys.get(p, ()), m.host_info)
-        stores = self._any("/v1/stores")["stores"]
+        stores = (yield from self._any("/v1/stores"))["stores"]
         infos = {
             s["name"]: StoreInfo(
                 s["name"],
@@ -140,70 +183,62 @@ class RoutingClient(HttpTransport):
             )
             for s in stores
         }
+        if doc.get("num_partitions") is None:
+            raise QueryServiceError(
+                "the instance has no assignment yet", status=503, error="NotAssigned"
+            )
         with self._meta_lock:
             self._meta = _Meta(int(doc["num_partitions"]), instances, owners, standbys)
             self._stores = infos
 
-    def _metadata(self) -> _Meta:
+    def _metadata(self) -> Flow[_Meta]:
         meta = self._meta
         if meta is None:
-            self.refresh()
+            yield from self._refresh()
             meta = self._meta
             assert meta is not None
         return meta
 
-    def _store(self, name: str) -> StoreInfo:
-        info = self._stores.get(name)
-        if info is None:
-            self.refresh()
+    def _store_info(self, name: str) -> Flow[StoreInfo]:
+        """The store's description (metadata read, with retries, the first time)."""
+
+        def attempt(retrying: bool) -> Flow[StoreInfo]:
             info = self._stores.get(name)
             if info is None:
-                raise_for(
-                    404,
-                    {
-                        "error": "UnknownStateStoreError",
-                        "message": f"Cannot get state store {name} because no such store is "
-                        "registered in the topology.",
-                    },
-                )
-                raise AssertionError  # pragma: no cover
+                yield from self._refresh()
+                info = self._stores.get(name)
+                if info is None:
+                    raise UnknownStateStoreError(name)
+            return info
+
+        info: StoreInfo = yield from self._retrying(attempt)
         return info
 
-    def metadata(self) -> list[StreamsMetadata]:
-        """Every instance (fresh from an instance): a :meth:`refresh`, two HTTP requests."""
-        self.refresh()
-        return list(self._metadata().instances)
+    def _metadata_flow(self) -> Flow[list[StreamsMetadata]]:
+        yield from self._retrying(lambda _: self._refresh())
+        meta = yield from self._metadata()
+        return list(meta.instances)
 
-    def metadata_for_store(self, store: str) -> list[StreamsMetadata]:
-        """The instances hosting ``store``: one HTTP request to any instance, uncached."""
-        doc = self._any(f"/v1/metadata/stores/{quote(store, safe='')}")
+    def _metadata_for_store_flow(self, store: str) -> Flow[list[StreamsMetadata]]:
+        path = f"/v1/metadata/stores/{quote(store, safe='')}"
+        doc = yield from self._retrying(lambda _: self._any(path))
         return [StreamsMetadata.from_json(d) for d in doc["instances"]]
 
-    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
-        """Where ``key`` lives, as an instance computes it.
-
-        One HTTP request to any instance (after a :meth:`refresh` the first time ``store`` is
-        seen). Raises :class:`~txstore.errors.UnknownStateStoreError` for an unknown store.
-        """
-        info = self._store(store)
-        doc = self._any(
-            f"/v1/metadata/stores/{quote(store, safe='')}/key", self._key_query(info, key)
-        )
+    def _metadata_for_key_flow(self, store: str, key: Any) -> Flow[KeyQueryMetadata]:
+        info = yield from self._store_info(store)
+        path = f"/v1/metadata/stores/{quote(store, safe='')}/key"
+        query = self._key_query(info, key)
+        doc = yield from self._retrying(lambda _: self._any(path, query))
         return KeyQueryMetadata.from_json(doc)
 
-    def stores(self) -> list[dict[str, Any]]:
-        """The application's stores (name, kind, format, serdes...): one HTTP request."""
-        result: list[dict[str, Any]] = self._any("/v1/stores")["stores"]
+    def _stores_flow(self) -> Flow[list[dict[str, Any]]]:
+        doc = yield from self._retrying(lambda _: self._any("/v1/stores"))
+        result: list[dict[str, Any]] = doc["stores"]
         return result
 
-    def health(self, host: str | HostInfo) -> dict[str, Any]:
-        """The ``/v1/health`` document of one instance: one HTTP request to it.
-
-        Raises :class:`~txstore.errors.InvalidArgumentError` for a malformed ``host`` and
-        :class:`~txstore.errors.QueryServiceError` (``status`` 0) if it cannot be reached.
-        """
+    def _health_flow(self, host: str | HostInfo) -> Flow[dict[str, Any]]:
         h = host if isinstance(host, HostInfo) else HostInfo.parse(host)
-        doc: dict[str, Any] = self._call(h, "/v1/health")
+        doc: dict[str, Any] = yield from self._call(h, "/v1/health")
         return doc
 
     # ---- routing ------------------------------------------------------------------------
@@ -217,20 +252,22 @@ class RoutingClient(HttpTransport):
 
     def _locate_key(
         self, info: StoreInfo, key: Any, stale: bool, fallback: bool
-    ) -> tuple[HostInfo, int]:
-        meta = self._metadata()
+    ) -> Flow[tuple[HostInfo, int]]:
+        meta = yield from self._metadata()
         if info.partitioner == "default" and info.key is not None:
             kb = info.key.serialize(key)
             if kb is None:
                 raise InvalidArgumentError(f"the key serde turned {key!r} into null")
             p = partition_for_key(kb, meta.num_partitions)
         else:
-            p = self.metadata_for_key(info.name, key).partition
-        return self._locate_partition(p, stale, fallback)
+            path = f"/v1/metadata/stores/{quote(info.name, safe='')}/key"
+            doc = yield from self._any(path, self._key_query(info, key))
+            p = KeyQueryMetadata.from_json(doc).partition
+        return (yield from self._locate_partition(p, stale, fallback))
 
-    def _locate_partition(self, p: int, stale: bool, fallback: bool) -> tuple[HostInfo, int]:
+    def _locate_partition(self, p: int, stale: bool, fallback: bool) -> Flow[tuple[HostInfo, int]]:
         """The owner of partition ``p``; on the retry of a stale query, a standby if any."""
-        meta = self._metadata()
+        meta = yield from self._metadata()
         host = meta.owners.get(p)
         if stale and fallback and meta.standbys.get(p):
             host = meta.standbys[p][0]
@@ -240,35 +277,24 @@ class RoutingClient(HttpTransport):
 
     def _routed(
         self,
-        locate: Callable[[bool], tuple[HostInfo, int]],
+        store: str,
+        locate: Callable[[bool], Flow[tuple[HostInfo, int]]],
         path: str,
         query: dict[str, Any],
         method: str = "GET",
         body: Any = None,
-    ) -> Any:
-        """Send to the located owner; after a 409 or an unreachable owner re-read the metadata
-        and retry once (a stale query retries on a standby, if there is one); retry 503
-        answers for up to ``rebalance_wait`` seconds. ``locate(retrying)`` picks the host."""
-        retried = False
-        deadline = time.monotonic() + self.rebalance_wait
-        delay = 0.02
-        while True:
-            try:
-                host, _ = locate(retried)
-                return self._call(host, path, query, method, body)
-            except (QueryServiceError, errors.InvalidStateStoreError) as exc:
-                status = getattr(exc, "status", None)
-                if status == 409 or status == 0 or isinstance(exc, StateStoreNotAvailableError):
-                    if retried:
-                        raise
-                    retried = True
-                elif status in _WAIT and time.monotonic() + delay < deadline:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-                else:
-                    raise
-            self._safe_refresh()
+    ) -> Flow[Any]:
+        """Send to the located owner, with the retries of :meth:`_retrying`; records the
+        answer's position in :attr:`last_position`."""
 
-    def _safe_refresh(self) -> None:
-        with contextlib.suppress(TxStoreError):  # all down or busy: the retry reports it
-            self.refresh()
+        def attempt(retrying: bool) -> Flow[Any]:
+            host, _ = yield from locate(retrying)
+            return (yield from self._call(host, path, query, method, body))
+
+        doc = yield from self._retrying(attempt)
+        pos = doc.get("position") if isinstance(doc, dict) else None
+        if isinstance(pos, dict):
+            mine = self.last_position.setdefault(store, {})
+            for p, o in pos.items():
+                mine[int(p)] = o
+        return doc

@@ -1,50 +1,49 @@
-"""The HTTP query service: an application's metadata and stores, as JSON.
+"""The HTTP query service's server: the ASGI application of :mod:`txstore.queries.http.asgi`
+served by uvicorn (asyncio, h11), what ``txstore serve`` runs.
 
-KIP-67 left the remote listener to users; txstore ships this one. It is built on the standard
-library's :class:`http.server.ThreadingHTTPServer` speaking HTTP/1.1 with keep-alive, one thread
-per connection (``docs/queries.md`` explains the choice). Safe defaults:
+Safe defaults, on top of the application's own limits (:func:`~txstore.queries.asgi_app`):
 
-* it binds a loopback address unless ``allow_remote=True``;
-* with a ``token``, every request needs ``Authorization: Bearer <token>`` (401 otherwise);
-* a request line or body above ``max_request_bytes`` gets 414 / 413; an iterator query returns
-  at most ``max_results`` items (``"truncated": true`` when there were more, with a ``resume``
-  position on one partition: :mod:`txstore.queries.http.paging`); at most
-  ``max_connections`` connections are served at once (503 beyond); an idle keep-alive
-  connection is closed after ``idle_timeout`` seconds;
-* errors are JSON ``{"error": <txstore error class>, "message": ..., "status": ...}``: 400 bad
-  arguments, 401, 404 unknown store or path, 405, 409 migrated (the key's partition is not
-  here: ``active_host`` names its owner), 503 starting, rebalancing or stopping (with
-  ``Retry-After``), 500 otherwise. JSON only; nothing is ever pickled.
+* it binds a loopback address unless ``allow_remote=True`` (then give a ``token``);
+* slow and idle clients cannot starve the others: connections cost no thread; a connection
+  must complete each request's headers within ``header_timeout`` seconds of its opening (or of
+  its previous answer), else it gets 408 and is closed (slowloris); an idle keep-alive
+  connection is closed after ``idle_timeout`` seconds (uvicorn's ``timeout_keep_alive``); a
+  request line and header block above 16 KiB gets 431 and is closed; beyond ``max_connections`` open
+  connections a new one gets 503 and is closed; the listen backlog is ``backlog``;
+* a request line or header block that is not HTTP/1.1 (an HTTP/2 preface, garbage) gets a 400
+  with a JSON body and the connection is closed.
 
-The endpoints, their parameters and the queries are in :mod:`txstore.queries.http.service`; request
-parameters and error documents in :mod:`txstore.queries.http.protocol`. This module is the HTTP
-side: the request handler (authentication, size limits, JSON answers), the server (connection
-limit) and :class:`QueryServer`, which runs them.
+Shutting down (:meth:`QueryServer.close`) stops accepting at once and gives requests in
+progress ``graceful_timeout`` seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hmac
 import ipaddress
 import json
 import logging
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 from typing import Any
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from txstore.errors import InvalidArgumentError
 from txstore.queries.application import Application
-from txstore.queries.http.protocol import HttpError, bad, error_doc
-from txstore.queries.http.service import Service
+from txstore.queries.http.asgi import asgi_app
 from txstore.queries.types import HostInfo
 
 __all__ = ["QueryServer"]
 
-_log = logging.getLogger("txstore.queries.http.server")
+_log = logging.getLogger("txstore.queries.http")
 
-_JSON = "application/json; charset=utf-8"
+#: The largest request line + header block accepted (431 beyond).
+MAX_HEADER_BYTES = 16 * 1024
 
 
 def _is_loopback(host: str) -> bool:
@@ -56,177 +55,120 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "txstore-query/1"
-    sys_version = ""
-    # Buffer the response: headers and body leave in one segment when the handler flushes
-    # (two small writes would meet Nagle's algorithm and the client's delayed ACK: 40 ms).
-    wbufsize = 64 * 1024
-    service: Service
-    token: bytes | None
-    max_request_bytes: int
+def _raw_answer(status: int, reason: str, error: str, message: str) -> bytes:
+    body = json.dumps({"error": error, "message": message, "status": status}).encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+        + ("Retry-After: 1\r\n" if status == 503 else "")
+        + "\r\n"
+    ).encode() + body
 
-    def setup(self) -> None:
-        super().setup()
-        with contextlib.suppress(OSError):
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        if _log.isEnabledFor(logging.DEBUG):  # every request logs: keep it cheap
-            _log.debug("%s %s", self.address_string(), format % args)
+class _Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a header deadline, a connection limit and JSON 400s."""
 
-    def do_GET(self) -> None:
-        self._handle("GET")
+    header_timeout = 10.0
+    max_connections = 1024
+    _header_timer: asyncio.TimerHandle | None = None
+    _got_bytes = False
 
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def _not_allowed(self) -> None:
-        self._discard_body()
-        self._send(405, {"error": "MethodNotAllowed", "message": "use GET or POST", "status": 405})
-
-    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The standard library's own errors (a malformed request line, too many headers...)
-        as JSON too."""
-        self.close_connection = True
-        doc = {"error": "BadRequest" if code == 400 else f"HTTP{code}", "status": code}
-        doc["message"] = message or explain or ""
-        if self.command == "HEAD":
-            self.send_response(code)
-            self.send_header("Connection", "close")
-            self.end_headers()
-            return
-        self._send(code, doc)
-
-    def _discard_body(self) -> None:
-        if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            raise HttpError(411, "LengthRequired", "send a Content-Length, not chunked bodies")
-        try:
-            n = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self.close_connection = True
-            raise bad("bad Content-Length") from None
-        if n < 0:
-            self.close_connection = True
-            raise bad("bad Content-Length")
-        if n > self.max_request_bytes:
-            self.close_connection = True  # the body is not read
-            raise HttpError(
-                413, "RequestTooLarge", f"the body is {n} bytes; at most {self.max_request_bytes}"
+    def connection_made(self, transport: Any) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # headers and body are two writes: no Nagle
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            transport.write(
+                _raw_answer(
+                    503, "Service Unavailable", "TooManyConnections", "too many connections"
+                )
             )
-        return self.rfile.read(n)
-
-    def _handle(self, method: str) -> None:
-        try:
-            if len(self.path) > self.max_request_bytes:
-                self._discard_body()
-                raise HttpError(
-                    414, "UriTooLong", f"the URL is above {self.max_request_bytes} bytes"
-                )
-            token = self.token
-            if token is not None:
-                got = (self.headers.get("Authorization") or "").encode("latin-1", "replace")
-                if not hmac.compare_digest(got, token):
-                    self._discard_body()
-                    raise HttpError(401, "Unauthorized", "missing or wrong bearer token")
-            body = self._read_body() if method == "POST" else None
-            if method == "GET":
-                self._discard_body()
-            status, doc = self.service.dispatch(method, self.path, body)
-        except HttpError as exc:
-            status, doc = exc.status, exc.doc
-        except Exception as exc:
-            doc = error_doc(exc)
-            status = doc["status"]
-            if status == 500:
-                _log.exception("query %s %s failed", method, self.path)
-        self._send(status, doc)
-
-    def _send(self, status: int, doc: Any) -> None:
-        payload = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", _JSON)
-        self.send_header("Content-Length", str(len(payload)))
-        if status == 401:
-            self.send_header("WWW-Authenticate", 'Bearer realm="txstore"')
-        if status == 503:
-            self.send_header("Retry-After", "1")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(payload)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], handler: type, max_connections: int) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                body = (
-                    b'{"error":"TooManyConnections","message":"too many connections","status":503}'
-                )
-                request.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
-                    + str(len(body)).encode()
-                    + b"\r\n\r\n"
-                    + body
-                )
-            self.shutdown_request(request)
+            transport.close()
             return
-        with self._open_lock:
-            self._open.add(request)
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._release(request)
-            raise
+        self._arm()
 
-    def _release(self, request: Any) -> None:
-        with self._open_lock:
-            if request in self._open:
-                self._open.discard(request)
-                self._slots.release()
+    def _arm(self) -> None:
+        self._disarm()
+        self._got_bytes = False
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._release(request)
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
 
-    def close_connections(self) -> None:
-        with self._open_lock:
-            sockets = list(self._open)
-        for s in sockets:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+    def data_received(self, data: bytes) -> None:
+        self._got_bytes = True
+        if self.conn.their_state is h11.IDLE:  # headers still arriving: bound their size
+            buf = self.conn.trailing_data[0] + data
+            end = buf.find(b"\r\n\r\n")
+            if (end if end >= 0 else len(buf)) > MAX_HEADER_BYTES:
+                self._disarm()
+                self.transport.write(
+                    _raw_answer(
+                        431,
+                        "Request Header Fields Too Large",
+                        "HeadersTooLarge",
+                        f"the request line and headers are above {MAX_HEADER_BYTES} bytes",
+                    )
+                )
+                self.transport.close()
+                return
+        super().data_received(data)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:  # a request's headers arrived
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self._got_bytes:  # a request started and never finished its headers
+            self.transport.write(
+                _raw_answer(
+                    408,
+                    "Request Timeout",
+                    "RequestTimeout",
+                    f"the request headers did not arrive within {self.header_timeout} s",
+                )
+            )
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        self._disarm()
+        self.transport.write(
+            _raw_answer(
+                400,
+                "Bad Request",
+                "BadRequest",
+                "not an HTTP/1.1 request (" + msg.rstrip(".") + ")",
+            )
+        )
+        self.transport.close()
 
 
 class QueryServer:
-    """Serve ``app``'s metadata and stores over HTTP (see the module docstring).
+    """Serve ``app``'s metadata and stores over HTTP with uvicorn (see the module docstring
+    and :func:`~txstore.queries.asgi_app` for the limits it passes on).
 
     ``host``/``port`` default to the application's ``application_server``; port 0 picks a free
-    port (and, before ``app.start()``, becomes the application's advertised port).
-    ``start()`` serves from a background thread, ``serve_forever()`` from the caller's;
-    ``close()`` stops serving and closes open connections.
+    port (and, before ``app.start()``, becomes the application's advertised port). The port
+    is bound here: a port in use raises :class:`~txstore.errors.InvalidArgumentError` naming
+    the address. ``start()`` serves from a background thread (its own event loop);
+    ``close()`` stops serving.
     """
 
     def __init__(
@@ -239,75 +181,121 @@ class QueryServer:
         allow_remote: bool = False,
         max_request_bytes: int = 64 * 1024,
         max_results: int = 1000,
-        max_connections: int = 64,
-        idle_timeout: float = 30.0,
+        max_connections: int = 1024,
+        max_in_flight: int = 256,
+        idle_timeout: float = 5.0,
+        header_timeout: float = 10.0,
+        body_timeout: float = 10.0,
+        max_position_wait: float = 30.0,
+        graceful_timeout: float = 1.0,
+        backlog: int = 1024,
     ) -> None:
         host = app.host_info.host if host is None else host
         port = app.host_info.port if port is None else port
         if not allow_remote and not _is_loopback(host):
             raise InvalidArgumentError(
-                f"{host!r} is not a loopback address: pass allow_remote=True (with a token) to "
-                "serve other machines"
+                f"{host!r} is not a loopback address: allow remote clients explicitly "
+                "(txstore serve --allow-remote, with a token) to serve other machines"
             )
         if allow_remote and token is None:
             _log.warning("serving %s without a token: anyone who reaches it can query", host)
-        if max_request_bytes < 1024 or max_results < 1 or max_connections < 1:
+        if max_connections < 1 or idle_timeout <= 0 or header_timeout <= 0:
             raise InvalidArgumentError(
-                "need max_request_bytes >= 1024, max_results >= 1, max_connections >= 1"
+                "need max_connections >= 1, idle_timeout > 0 and header_timeout > 0"
             )
-        if token is not None and (not token or not token.isprintable() or " " in token):
-            raise InvalidArgumentError("the token must be a non-empty printable word")
-        handler = type(
-            "Handler",
-            (_Handler,),
-            {
-                "service": Service(app, max_results),
-                "token": None if token is None else f"Bearer {token}".encode(),
-                "max_request_bytes": max_request_bytes,
-                "timeout": idle_timeout,
-            },
+        self.asgi = asgi_app(
+            app,
+            token=token,
+            max_results=max_results,
+            max_request_bytes=max_request_bytes,
+            max_in_flight=max_in_flight,
+            body_timeout=body_timeout,
+            max_position_wait=max_position_wait,
         )
+        protocol = type(
+            "Protocol",
+            (_Protocol,),
+            {"header_timeout": float(header_timeout), "max_connections": max_connections},
+        )
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(backlog)
+        except OSError as exc:
+            sock.close()
+            raise InvalidArgumentError(
+                f"cannot listen on {HostInfo(host, port)}: {exc.strerror or exc}"
+            ) from None
+        sock.setblocking(False)
+        self._sock = sock
         self.app = app
-        self._server = _Server((host, port), handler, max_connections)
-        bound = self._server.server_address
-        self.address = HostInfo(host, int(bound[1]))
+        self.address = HostInfo(host, int(sock.getsockname()[1]))
         if app.host_info.port == 0 and app.state.name == "CREATED":
             app.host_info = self.address
+        config = uvicorn.Config(
+            self.asgi,
+            http=protocol,
+            loop="asyncio",
+            lifespan="off",
+            log_config=None,  # a library: leave the process's logging configuration alone
+            access_log=False,
+            timeout_keep_alive=idle_timeout,  # type: ignore[arg-type]
+            timeout_graceful_shutdown=max(1, round(graceful_timeout)),
+            backlog=backlog,
+            server_header=False,
+            date_header=False,
+        )
+        self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     @property
     def url(self) -> str:
         """``http://host:port``."""
         return f"http://{self.address}"
 
+    def _run(self) -> None:
+        try:
+            self._server.run(sockets=[self._sock])
+        except BaseException as exc:  # reported by start()
+            self._error = exc
+
     def start(self) -> QueryServer:
-        """Serve from a background thread; returns self."""
+        """Serve from a background thread (returns once it accepts connections); returns
+        self."""
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.1},
-                name=f"txstore-query-{self.address}",
-                daemon=True,
+                target=self._run, name=f"txstore-query-{self.address}", daemon=True
             )
             self._thread.start()
+            deadline = time.monotonic() + 30
+            while not self._server.started and self._thread.is_alive():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
+            if self._error is not None:
+                raise InvalidArgumentError(f"the query server did not start: {self._error}")
         return self
 
     def serve_forever(self) -> None:
-        """Serve from the calling thread until :meth:`close` (from another thread) or
-        ``KeyboardInterrupt``."""
-        self._server.serve_forever(poll_interval=0.1)
+        """Serve from the calling thread until :meth:`close` (from another thread) or, in the
+        main thread, SIGINT/SIGTERM."""
+        self._server.run(sockets=[self._sock])
 
     def close(self) -> None:
-        """Stop accepting, close open connections, release the port. Idempotent."""
-        if self._thread is not None or self._server.socket.fileno() >= 0:
-            with contextlib.suppress(Exception):
-                if self._thread is not None:
-                    self._server.shutdown()
-            self._server.close_connections()
-            self._server.server_close()
-            if self._thread is not None:
-                self._thread.join(5)
-                self._thread = None
+        """Stop accepting, end the connections, release the port. Idempotent."""
+        self._server.should_exit = True
+        thread = self._thread
+        if thread is not None:
+            thread.join(10)
+            if thread.is_alive():
+                self._server.force_exit = True
+                thread.join(5)
+            self._thread = None
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
     def __enter__(self) -> QueryServer:
         return self.start()

@@ -1,11 +1,12 @@
 """The HTTP query service's endpoints: request routing and the queries, apart from HTTP.
 
 :class:`Service` turns a request (method, target, body) into a status and a JSON document;
-:mod:`txstore.queries.http.server` carries it over HTTP. Composite stores are kept per (store,
+:mod:`txstore.queries.http.asgi` carries it over HTTP. Composite stores are kept per (store,
 type, partition, options), and the serdes' JSON codecs per store (:mod:`txstore.queries.http.wire`).
 
 Endpoints (``{store}`` URL-quoted; every query takes ``type=<queryable store type>``,
-``stale=true`` and ``read_committed=true``; iterator queries ``limit``, and ``after`` to resume
+``stale=true``, ``read_committed=true`` and ``min_position``/``wait_ms``, and its answer
+carries its ``position``; iterator queries ``limit``, and ``after`` to resume
 a truncated answer on one partition, see :mod:`txstore.queries.http.paging`):
 
 ===========================================  ===============================================
@@ -35,7 +36,6 @@ answer is 409 with its owner, so a client that guessed wrong learns where to go.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -44,13 +44,14 @@ from txstore.errors import (
     InvalidArgumentError,
     InvalidStateStoreError,
     InvalidStateStorePartitionError,
+    NotCaughtUpError,
     SerializationError,
     TxStoreError,
     UnknownStateStoreError,
 )
 from txstore.queries.application import Application
 from txstore.queries.http.paging import Order, Position, kv_order, page, session_order, window_order
-from txstore.queries.http.protocol import Args, HttpError, bad, error_doc
+from txstore.queries.http.protocol import Args, HttpError, bad, error_doc, parse_bound, parse_json
 from txstore.queries.http.wire import (
     b64decode,
     encode_key,
@@ -90,9 +91,17 @@ class Service:
         if name is None:
             return QueryableStoreTypes.default_for(spec.kind, spec.format)
         try:
-            return QueryableStoreTypes.by_name(name)
+            qtype = QueryableStoreTypes.by_name(name)
         except InvalidArgumentError as exc:
             raise bad(str(exc)) from None
+        if not qtype.accepts((spec.kind, spec.format)):
+            raise HttpError(
+                400,
+                "InvalidStateStoreError",
+                f"type {name!r} does not accept store {spec.name!r} (a {spec.kind} store in "
+                f"format {spec.format.name})",
+            )
+        return qtype
 
     def _codecs(self, spec: StoreSpec) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
         c = self._encoders.get(spec.name)
@@ -104,9 +113,9 @@ class Service:
     def _store(self, spec: StoreSpec, args: Args, partition: int | None = None) -> Any:
         qtype = self._qtype(spec, args)
         if partition is None:
-            partition = args.integer("partition")
-            if partition is not None and partition < 0:
-                raise bad("partition must be >= 0")
+            partition = self._partition_arg(args)
+            if partition is not None:
+                args.touched = {partition}
         stale, rc = args.flag("stale"), args.flag("read_committed")
         key = (spec.name, qtype.name, partition, stale, rc)
         store = self._composites.get(key)
@@ -143,9 +152,27 @@ class Service:
     def _partition_of(self, spec: StoreSpec, key: Any) -> int:
         return self.app.partition_for_key(spec.name, key)
 
+    @staticmethod
+    def _partition_arg(args: Args) -> int | None:
+        partition = args.integer("partition")
+        if partition is not None and partition < 0:
+            raise bad("partition must be >= 0")
+        return partition
+
     def _keyed(self, spec: StoreSpec, args: Args, key: Any) -> tuple[Any, int]:
-        """The composite store of ``key``'s partition (409 with its owner if not here)."""
+        """The composite store of ``key``'s partition (409 with its owner if not here). A
+        ``partition`` argument must be the key's (409 for a partition the application does not
+        have, as ``all?partition=``; 400 for another partition than the key's)."""
         p = self._partition_of(spec, key)
+        given = self._partition_arg(args)
+        if given is not None and given != p:
+            a = self.app.assignment
+            if a is None or given >= a.num_partitions:
+                raise InvalidStateStorePartitionError(given, spec.name)
+            raise bad(f"the key is in partition {p}, not in the given partition {given}")
+        if args.touched is None:
+            args.touched = set()
+        args.touched.add(p)
         try:
             return self._store(spec, args, p), p
         except InvalidStateStorePartitionError as exc:
@@ -178,6 +205,14 @@ class Service:
         if not one_partition:
             raise bad("after needs partition: a resume position is within one partition")
         return Position.parse(text)
+
+    @staticmethod
+    def _after_key(spec: StoreSpec, after: Position) -> Any:
+        """The key a key-value resume position names (400 if the key serde refuses it)."""
+        try:
+            return spec.key_serde.deserialize(after.raw)
+        except Exception:  # a forged or truncated position: whatever the serde raises
+            raise bad("malformed after position: not a key of this store") from None
 
     def _order(self, spec: StoreSpec, args: Args, keyed: bool, single: bool = False) -> Any:
         """The sort key of the items (resume positions), or None when the answer chains
@@ -221,7 +256,10 @@ class Service:
         segs = segs[1:]
         if method == "POST":
             if len(segs) == 3 and segs[0] == "stores" and segs[2] == "get":
-                return 200, self.multi_get(self._spec(segs[1]), args, body or b"")
+                spec = self._spec(segs[1])
+                return 200, self._positioned(
+                    lambda svc, sp, a: svc.multi_get(sp, a, body or b""), spec, args
+                )
             raise HttpError(405, "MethodNotAllowed", f"POST is not allowed on {parts.path!r}")
         if segs == ["health"]:
             return 200, self.health()
@@ -247,7 +285,7 @@ class Service:
             op = _OPS.get(segs[2])
             if op is None:
                 raise HttpError(404, "NotFound", f"no such store operation {segs[2]!r}")
-            return 200, op(self, spec, args)
+            return 200, self._positioned(op, spec, args)
         raise HttpError(404, "NotFound", f"no such endpoint {parts.path!r}")
 
     # ---- endpoints ----------------------------------------------------------------------
@@ -275,8 +313,60 @@ class Service:
             "instances": [m.to_json() for m in instances],
         }
 
+    def _planned(self, spec: StoreSpec, op: Any, args: Args) -> set[int] | None:
+        """The partitions ``op`` will read, when known before it runs (a key's, or the
+        ``partition`` argument's); None: every hosted one."""
+        if args.has("partition"):
+            p = self._partition_arg(args)
+            return None if p is None else {p}
+        if op in _KEYED and (args.has("key") or args.has("key_b64")):
+            return {self._partition_of(spec, self._key(spec, args))}
+        return None
+
+    def _positioned(
+        self, op: Callable[[Service, StoreSpec, Args], dict[str, Any]], spec: StoreSpec, args: Args
+    ) -> dict[str, Any]:
+        """Run ``op`` and add the position its answer reflects: ``"position": {partition:
+        committed changelog offset}`` of the partitions it read.
+
+        Read-committed answers (``read_committed=true``) reflect exactly that position: the
+        offsets are read before and after the query, and a commit in between re-runs it (up
+        to 3 times, then 503). A read-uncommitted answer's position is the last commit when
+        it was read (the value may hold later, uncommitted writes). A ``min_position`` the
+        answer's partitions have not reached raises :class:`~txstore.errors.NotCaughtUpError`
+        (the HTTP layer waits and retries up to ``wait_ms``). Costs one offset read per
+        partition read (two when read-committed; none for a read-uncommitted answer between two
+        commits: the offsets are cached per commit).
+        """
+        bound = parse_bound(args.text("min_position"))
+        stale = args.flag("stale")
+        positions = self.app.committed_positions
+        exact = args.flag("read_committed")
+        planned = self._planned(spec, op, args) if exact else None
+        for _ in range(3):
+            before = positions(spec.name, stale, planned) if exact else {}
+            args.touched = None
+            doc = op(self, spec, args)
+            touched = args.touched if args.touched is not None else planned
+            after = positions(spec.name, stale, touched, cached=not exact)
+            pos = {p: after[p] for p in sorted(after)}
+            if not exact or all(before.get(p, -2) == o for p, o in pos.items()):
+                break
+        else:
+            raise HttpError(503, "Busy", "commits kept landing during the query; retry")
+        for p, o in pos.items():
+            need = bound.get(p)
+            if need is not None and (-1 if o is None else o) < need:
+                raise NotCaughtUpError(
+                    f"partition {p} of store {spec.name!r} is at committed offset {o}, the "
+                    f"query demands at least {need}"
+                )
+        doc["position"] = {str(p): o for p, o in pos.items()}
+        return doc
+
     def get(self, spec: StoreSpec, args: Args) -> dict[str, Any]:
         """``get``: one key's value, from its partition."""
+        self._kind(spec, "key_value")
         key = self._key(spec, args)
         store, p = self._keyed(spec, args, key)
         kenc, venc = self._codecs(spec)
@@ -293,10 +383,8 @@ class Service:
 
     def multi_get(self, spec: StoreSpec, args: Args, body: bytes) -> dict[str, Any]:
         """``POST get``: several keys' values, an error document for each key that failed."""
-        try:
-            doc = json.loads(body)
-        except ValueError as exc:
-            raise bad(f"the body is not JSON: {exc}") from None
+        self._kind(spec, "key_value")
+        doc = parse_json(body)
         keys = doc.get("keys") if isinstance(doc, dict) else None
         if not isinstance(keys, list):
             raise bad('the body must be {"keys": [...]}')
@@ -332,7 +420,7 @@ class Service:
         rev = args.flag("reverse")
         after = self._after(args, args.has("partition"))
         if after is not None:  # resume at the position's key (the page skips it)
-            k = spec.key_serde.deserialize(after.raw)
+            k = self._after_key(spec, after)
             lo, hi = (lo, k) if rev else (k, hi)
         it = store.reverse_range(lo, hi) if rev else store.range(lo, hi)
         order = self._order(spec, args, False)
@@ -350,7 +438,7 @@ class Service:
             return page(it, self._limit(args), self._pair(spec), order)
         # Resume: the keys from the position on, up to the first without the prefix.
         pb = spec.key_serde.serialize(prefix) or b""
-        it = store.range(spec.key_serde.deserialize(after.raw), None)
+        it = store.range(self._after_key(spec, after), None)
         return page(
             it,
             self._limit(args),
@@ -367,7 +455,7 @@ class Service:
         after = self._after(args, args.has("partition"))
         if spec.kind == "key_value":
             if after is not None:
-                k = spec.key_serde.deserialize(after.raw)
+                k = self._after_key(spec, after)
                 it = store.reverse_range(None, k) if rev else store.range(k, None)
             else:
                 it = store.reverse_all() if rev else store.all()
@@ -483,6 +571,8 @@ class Service:
         if spec.kind != kind:
             raise bad(f"store {spec.name!r} is a {spec.kind} store; this is a {kind} operation")
 
+
+_KEYED = {Service.get, Service.fetch, Service.sessions, Service.session}
 
 _OPS: dict[str, Callable[[Service, StoreSpec, Args], dict[str, Any]]] = {
     "get": Service.get,

@@ -1,9 +1,15 @@
-"""The query client's transport: keep-alive HTTP connections and JSON requests over them.
+"""The query clients' transport: httpx connection pools, and the driver of the client's logic.
 
-:class:`HttpTransport` (the base of :class:`~txstore.queries.QueryClient`) keeps one
-keep-alive connection per instance and thread, sends a request and decodes the JSON answer,
-and turns an error answer into the txstore error the server names (:func:`raise_for`) or
-:class:`~txstore.errors.QueryServiceError`.
+The routing and query logic of the clients (:mod:`txstore.queries.http.routing`,
+:mod:`txstore.queries.http.client`) is written once, as generators that *yield* what they need
+done (:class:`Call`: one HTTP request; :class:`Sleep`: a backoff) and get the answer back. A
+:class:`SyncTransport` (``httpx.Client``) drives them for
+:class:`~txstore.queries.QueryClient`, an :class:`AsyncTransport` (``httpx.AsyncClient``) for
+:class:`~txstore.queries.AsyncQueryClient`. Both pool keep-alive connections per instance; a
+connection failure is thrown into the generator as
+:class:`~txstore.errors.QueryServiceError` with ``status`` 0.
+
+An error answer becomes the txstore error the server names (:func:`raise_for`).
 
 >>> from txstore.errors import UnknownStateStoreError
 >>> try:
@@ -15,17 +21,45 @@ no store x 404
 
 from __future__ import annotations
 
-import http.client
+import asyncio
 import json
-import threading
-from typing import Any
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import urlencode
+
+import httpx
 
 from txstore import errors
 from txstore.errors import QueryServiceError, TxStoreError
 from txstore.queries.types import HostInfo
 
-__all__ = ["HttpTransport", "raise_for"]
+__all__ = ["AsyncTransport", "Call", "Flow", "Sleep", "SyncTransport", "raise_for"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to ``host``; the answer sent back is ``(status, JSON document)``."""
+
+    host: HostInfo
+    method: str
+    path: str
+    query: dict[str, Any] | None = None
+    body: Any = None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait ``seconds`` (a retry's backoff)."""
+
+    seconds: float
+
+
+#: The client's logic: a generator yielding calls and sleeps, returning its result.
+Flow = Generator[Call | Sleep, Any, T]
 
 
 def raise_for(status: int, doc: Any) -> None:
@@ -43,96 +77,117 @@ def raise_for(status: int, doc: Any) -> None:
     raise QueryServiceError(message or f"HTTP {status}", status=status, error=name)
 
 
-class HttpTransport:
-    """Keep-alive connections to the instances, one per instance and thread, and JSON requests
-    over them. ``token``: the bearer token; ``timeout``: seconds per HTTP request."""
+def _decode(resp: httpx.Response) -> tuple[int, Any]:
+    data = resp.content
+    try:
+        doc = json.loads(data) if data else None
+    except ValueError:
+        doc = {"error": "", "message": data[:200].decode("utf-8", "replace")}
+    return resp.status_code, doc
 
-    def __init__(self, *, token: str | None, timeout: float) -> None:
-        self._headers = {"Accept": "application/json"}
-        if token is not None:
-            self._headers["Authorization"] = f"Bearer {token}"
+
+def _unreachable(host: HostInfo, exc: Exception) -> QueryServiceError:
+    err = QueryServiceError(
+        f"cannot reach {host}: {exc or type(exc).__name__}", status=0, error="ConnectionError"
+    )
+    err.__cause__ = exc
+    return err
+
+
+def _options(token: str | None, timeout: float, max_connections: int) -> dict[str, Any]:
+    headers = {"Accept": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return {
+        "headers": headers,
+        "timeout": httpx.Timeout(timeout),
+        "limits": httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        "trust_env": False,
+    }
+
+
+def _request_args(call: Call) -> dict[str, Any]:
+    url = f"http://{call.host}{call.path}"
+    if call.query:  # encoded here: cheaper than httpx merging params into the URL
+        url += "?" + urlencode(call.query)
+    args: dict[str, Any] = {"method": call.method, "url": url}
+    if call.body is not None:
+        args["content"] = json.dumps(call.body).encode()
+        args["headers"] = {"Content-Type": "application/json"}
+    return args
+
+
+class SyncTransport:
+    """Drives the client's flows with an ``httpx.Client`` (thread-safe, pooled)."""
+
+    def __init__(self, *, token: str | None, timeout: float, max_connections: int) -> None:
         self.timeout = float(timeout)
-        self._local = threading.local()
-        self._conns: list[http.client.HTTPConnection] = []
-        self._conns_lock = threading.Lock()
+        self._http = httpx.Client(**_options(token, timeout, max_connections))
 
-    def _conn(self, host: HostInfo) -> http.client.HTTPConnection:
-        conns: dict[HostInfo, http.client.HTTPConnection] | None = getattr(
-            self._local, "conns", None
-        )
-        if conns is None:
-            conns = {}
-            self._local.conns = conns
-        c = conns.get(host)
-        if c is None:
-            c = http.client.HTTPConnection(host.host, host.port, timeout=self.timeout)
-            conns[host] = c
-            with self._conns_lock:
-                self._conns.append(c)
-        return c
+    def _request(self, call: Call) -> tuple[int, Any]:
+        try:
+            return _decode(self._http.request(**_request_args(call)))
+        except httpx.TransportError as exc:
+            raise _unreachable(call.host, exc) from exc
 
-    def request(
-        self,
-        host: HostInfo,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-    ) -> tuple[int, Any]:
-        """One HTTP request to ``host``; returns ``(status, decoded JSON)``. A keep-alive
-        connection the server closed meanwhile is reopened once. Connection failures raise
-        ``OSError``."""
-        target = path + ("?" + urlencode(query) if query else "")
-        payload = None if body is None else json.dumps(body).encode()
-        headers = dict(self._headers)
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        for attempt in (0, 1):
-            c = self._conn(host)
+    def _drive(self, flow: Flow[T]) -> T:
+        """Run ``flow`` to its result."""
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
             try:
-                c.request(method, target, body=payload, headers=headers)
-                resp = c.getresponse()
-                data = resp.read()
-                if resp.will_close:
-                    c.close()
-                break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                c.close()
-                if attempt:
-                    raise
-            except (OSError, http.client.HTTPException):
-                c.close()
-                raise
-        try:
-            doc = json.loads(data) if data else None
-        except ValueError:
-            doc = {"error": "", "message": data[:200].decode("utf-8", "replace")}
-        return resp.status, doc
-
-    def _call(
-        self,
-        host: HostInfo,
-        path: str,
-        query: dict[str, Any] | None = None,
-        method: str = "GET",
-        body: Any = None,
-    ) -> Any:
-        """The decoded answer of a request; an error answer raises its error
-        (:func:`raise_for`), an unreachable ``host`` a ``QueryServiceError`` with status 0."""
-        try:
-            status, doc = self.request(host, method, path, query, body)
-        except (OSError, http.client.HTTPException) as exc:
-            raise QueryServiceError(
-                f"cannot reach {host}: {exc}", status=0, error="ConnectionError"
-            ) from exc
-        if status != 200:
-            raise_for(status, doc)
-        return doc
+                step = flow.throw(error) if error is not None else flow.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = error = None
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+                continue
+            try:
+                answer = self._request(step)
+            except QueryServiceError as exc:
+                error = exc
 
     def close(self) -> None:
-        """Close every connection this client opened (in any thread). Idempotent."""
-        with self._conns_lock:
-            conns, self._conns = self._conns, []
-        for c in conns:
-            c.close()
-        self._local = threading.local()
+        """Close the pooled connections. Idempotent."""
+        self._http.close()
+
+
+class AsyncTransport:
+    """Drives the client's flows with an ``httpx.AsyncClient`` (pooled)."""
+
+    def __init__(self, *, token: str | None, timeout: float, max_connections: int) -> None:
+        self.timeout = float(timeout)
+        self._http = httpx.AsyncClient(**_options(token, timeout, max_connections))
+
+    async def _request(self, call: Call) -> tuple[int, Any]:
+        try:
+            return _decode(await self._http.request(**_request_args(call)))
+        except httpx.TransportError as exc:
+            raise _unreachable(call.host, exc) from exc
+
+    async def _drive(self, flow: Flow[T]) -> T:
+        """Run ``flow`` to its result."""
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = error = None
+            if isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+                continue
+            try:
+                answer = await self._request(step)
+            except QueryServiceError as exc:
+                error = exc
+
+    async def aclose(self) -> None:
+        """Close the pooled connections. Idempotent."""
+        await self._http.aclose()
