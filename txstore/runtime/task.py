@@ -178,7 +178,9 @@ class Task:
     ``sync`` applies to the LMDB commits and the changelog commits alike; ``changelog_options``
     are passed to each :class:`~txstore.changelog.log.FileChangelog` (``segment_bytes``...);
     ``verify`` is :func:`txstore.open`'s (when ``data/data.mdb``'s pages are walked).
-    Changelogs live in ``<path>/changelog/<store>/``.
+    Changelogs live in ``<path>/changelog/<store>/``, or in ``<changelog_dir>/<store>/`` when
+    ``changelog_dir`` is given (stores on local disk, changelogs on storage that other hosts
+    reach: a task opened elsewhere over an empty ``path`` restores from them).
 
     >>> import tempfile, txstore
     >>> from txstore import Serdes, Stores
@@ -205,8 +207,13 @@ class Task:
         overlay_budget_bytes: int = 64 * 2**20,
         changelog_options: dict[str, Any] | None = None,
         verify: str | None = None,
+        changelog_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = Path(path)
+        #: Where the stores' changelog directories are (``<path>/changelog`` by default).
+        self.changelog_root = (
+            self.path / "changelog" if changelog_dir is None else Path(changelog_dir)
+        )
         self.sync = sync
         self._restore_bytes = max(1, overlay_budget_bytes // 2)
         self.context = RecordContext()
@@ -230,7 +237,7 @@ class Task:
     def changelog_for(
         self, name: str, kind: StoreKind, retention_period: int | None
     ) -> FileChangelog:
-        """The changelog of store ``name`` in ``<path>/changelog/<name>/``: compacted for a
+        """The changelog of store ``name`` in ``<changelog_root>/<name>/``: compacted for a
         key-value store, compacted and deleted after the store's retention plus
         :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
 
@@ -249,7 +256,7 @@ class Task:
         # once every changelog of the task was checked.
         options["repair"] = False
         return FileChangelog(
-            self.path / "changelog" / name, cleanup_policy=policy, fsync=self.sync, **options
+            self.changelog_root / name, cleanup_policy=policy, fsync=self.sync, **options
         )
 
     @property
@@ -329,7 +336,7 @@ class Task:
         entries = self._entries
         logs = {name: e.log for name, e in entries.items()}
         # Changelogs of stores that are not open this time still take part in the repair.
-        root = self.path / "changelog"
+        root = self.changelog_root
         others: list[FileChangelog] = []
         try:
             if root.is_dir():
