@@ -133,6 +133,13 @@ class StatefulStep:
             )
         )
 
+    def open_task(self, partition: int) -> Task:
+        """The Task of ``partition`` with the step's stores, recovered and restored (for a
+        check or a repair after the query stopped; a worker that still holds it makes this
+        wait, see :meth:`release`). The caller closes it."""
+        worker.check_partition(partition, self.num_partitions)
+        return worker.open_task(self, partition)
+
     def coordination_dir(self, partition: int) -> Path:
         """Where a worker asks the holder of ``partition``'s Task to let go of it: the
         partition's changelog directory (shared when ``changelog_dir`` is)."""

@@ -126,7 +126,8 @@ def release_all() -> None:
             _drop(path, held)
 
 
-def _open(step: StatefulStep, partition: int) -> Task:
+def open_task(step: StatefulStep, partition: int) -> Task:
+    """Open, recover and restore the Task of ``partition`` (raises WriterLockedError if held)."""
     path = partition_path(step.state_dir, partition)
     changelogs = None if step.changelog_dir is None else Path(step.changelog_dir) / str(partition)
     task = Task(
@@ -164,7 +165,7 @@ def _acquire(step: StatefulStep, partition: int) -> _Held:
     asked = False
     while True:
         try:
-            task = _open(step, partition)
+            task = open_task(step, partition)
             break
         except WriterLockedError as exc:
             if time.monotonic() >= deadline:
