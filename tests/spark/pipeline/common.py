@@ -40,9 +40,9 @@ def count(ctx: PartitionContext, records: pa.Table) -> None:
         out.append({"user": user, "count": n})
         if v < 0:
             raise ValueError(f"bad record v={v} for {user}")
-    if "fail_once" in records.column_names and ctx.attempt == 0:
-        if any(records.column("fail_once").to_pylist()):
-            raise RuntimeError("first attempt fails after writing its stores")
+    fail = "fail_once" in records.column_names and any(records.column("fail_once").to_pylist())
+    if fail and ctx.attempt == 0:
+        raise RuntimeError("first attempt fails after writing its stores")
     if "sleep_ms" in records.column_names:
         time.sleep(max(records.column("sleep_ms").to_pylist()) / 1000)
     ctx.emit(out)

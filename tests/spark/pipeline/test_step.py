@@ -129,10 +129,10 @@ def test_a_speculative_attempt_is_refused_cleanly_while_the_first_runs(
 def test_bad_keys_fail_the_batch_before_any_state_changes(spark: Any, tmp_path: Path) -> None:
     step = counting_step(tmp_path)
     step.foreach_batch(frame(spark, rows(60)), 0)
-    with pytest.raises(Exception, match="SerializationError.*null key"):
+    with pytest.raises(Exception, match=r"SerializationError.*null key"):
         step.foreach_batch(frame(spark, [*rows(30), (None, 1)]), 1)
     wrong = counting_step(tmp_path, key_serde="long")  # a long serde on a string key column
-    with pytest.raises(Exception, match="SerializationError.*refused 'user-00'"):
+    with pytest.raises(Exception, match=r"SerializationError.*refused 'user-00'"):
         wrong.foreach_batch(frame(spark, rows(30)), 1)
     with pytest.raises(InvalidArgumentError, match="key column 'user' is not in"):
         step.foreach_batch(frame(spark, [(1, "x")], "v long, name string"), 1)
@@ -146,7 +146,7 @@ def test_bad_keys_fail_the_batch_before_any_state_changes(spark: Any, tmp_path: 
 def test_another_layout_or_store_configuration_is_refused(spark: Any, tmp_path: Path) -> None:
     step = counting_step(tmp_path)
     step.foreach_batch(frame(spark, rows(60)), 0)
-    with pytest.raises(ConfigConflictError, match="num_partitions.*3, 4"):
+    with pytest.raises(ConfigConflictError, match=r"num_partitions.*3, 4"):
         counting_step(tmp_path, partitions=4).foreach_batch(frame(spark, rows(10)), 1)
 
     def as_window() -> list[Any]:  # store "counts" as a window store: not what is on disk

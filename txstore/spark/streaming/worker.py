@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from txstore.errors import IllegalStateError, InvalidArgumentError, WriterLockedError
 from txstore.runtime.statedir import partition_path
@@ -276,7 +277,7 @@ def run_partition(
         return
     table = pa.Table.from_batches(parts)
     routed = table.column(PARTITION_COLUMN)
-    if routed.null_count or pa.compute.any(pa.compute.not_equal(routed, partition)).as_py():
+    if routed.null_count or pc.any(pc.not_equal(routed, partition)).as_py():
         raise IllegalStateError(
             f"Spark task of partition {partition} got records routed elsewhere: the input was "
             "not repartitioned by the step (repartitionById on the partition column)"
