@@ -1,18 +1,26 @@
 """``make demo`` / ``txstore demo``: every part of txstore working together on real data.
 
-1. generate a page-view stream into several partitions (one input file per partition);
-2. process it with one worker *process* per partition (a :class:`~txstore.runtime.task.Task` with a
-   timestamped key-value store with headers, a plain window store with headers and a session
-   store), committing through the changelogs every 2,000 events;
-3. SIGKILL one worker mid-stream, restart it, and let it recover without a wipe;
-4. check every store of every partition against a model computed straight from the events;
-5. serve interactive queries over HTTP from two ``txstore serve`` processes and answer a few
+1. check the codecs against Kafka's own test vectors;
+2. generate a page-view stream (JSON files, one per micro-batch);
+3. process it as a Spark Structured Streaming job whose state is txstore
+   (:mod:`txstore.demo.streaming`: every partition's views in one
+   :class:`~txstore.runtime.task.Task` with a timestamped key-value store with headers, a plain
+   window store with headers and a session store, committed with the micro-batch id);
+4. SIGKILL the job (driver, JVM and Python workers) mid-stream, restart it from its checkpoint,
+   and let every Task recover without a wipe;
+5. check every store of every partition, and every output row, against a model computed
+   straight from the events (0 lost, 0 counted twice);
+6. serve interactive queries over HTTP from two ``txstore serve`` processes and answer a few
    through the routing client;
-6. snapshot the state and run Spark analytics on it (top pages, session lengths), checked
+7. snapshot the state and run Spark analytics on it (top pages, session lengths), checked
    against a plain-Python computation, and draw a PNG chart.
 
+With ``--no-spark``, steps 3 and 4 run one worker *process* per partition instead (committing
+every 2,000 events; one of them is killed), and step 7 computes the analytics in Python.
+
 Everything is real: processes, signals, LMDB files, sockets on 127.0.0.1, a local Spark. The
-demo exits non-zero if any check fails. Output goes to ``demo-out/`` (``--out`` to change).
+demo exits non-zero if any check fails. Output goes to ``demo-out/`` (``--out`` to change; an
+existing directory is replaced only if an earlier demo made it, or with ``--force``).
 """
 
 from __future__ import annotations
@@ -32,12 +40,16 @@ from typing import Any
 
 from txstore.demo import analytics as an
 from txstore.demo import pipeline as pl
+from txstore.demo import streaming as st
 from txstore.demo.codec_checks import run_codec_demo
 from txstore.queries import QueryClient
 from txstore.runtime import admin
 from txstore.runtime.snapshot import snapshot_state_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The file that marks an output directory as the demo's (so a rerun may replace it).
+MARKER = ".txstore-demo"
+STEPS = 7
 
 
 class Demo:
@@ -50,6 +62,8 @@ class Demo:
         self.spark = spark
         self.plot = plot
         self.state = out / "state"
+        self.batches: list[list[pl.Event]] = []
+        self.run: st.SparkRun | None = None
         self.inputs = out / "input"
         self.failures: list[str] = []
         self._last_bar: tuple[str, int] = ("", -1)
@@ -61,7 +75,7 @@ class Demo:
     # ---- output helpers ---------------------------------------------------------------------
 
     def step(self, n: int, title: str) -> None:
-        print(f"\n[{n}/6] {title}", flush=True)
+        print(f"\n[{n}/{STEPS}] {title}", flush=True)
 
     def say(self, text: str) -> None:
         print(f"      {text}", flush=True)
@@ -85,13 +99,25 @@ class Demo:
         else:
             print(text, flush=True)
 
-    # ---- 1. input ---------------------------------------------------------------------------
+    # ---- 2. input ---------------------------------------------------------------------------
 
     def generate(self) -> list[list[pl.Event]]:
-        self.step(1, f"generating {self.events:,} page views into {self.partitions} partitions")
         if self.out.exists():
             shutil.rmtree(self.out)
-        by_partition = pl.generate(self.events, self.partitions, self.inputs)
+        self.out.mkdir(parents=True)
+        (self.out / MARKER).write_text("made by txstore demo; a rerun replaces this directory\n")
+        if self.spark:
+            events = pl.events(self.events)
+            self.batches = st.write_batches(events, self.inputs, st.batch_files(self.events))
+            self.step(
+                2,
+                f"generating {self.events:,} page views: {len(self.batches)} JSON files, one per "
+                f"micro-batch, for {self.partitions} partitions",
+            )
+            by_partition = pl.by_partition(events, self.partitions)
+        else:
+            self.step(2, f"generating {self.events:,} page views into {self.partitions} partitions")
+            by_partition = pl.generate(self.events, self.partitions, self.inputs)
         for p, evs in enumerate(by_partition):
             users = len({e.user for e in evs})
             span = (evs[-1].ts - evs[0].ts) / 3_600_000 if evs else 0
@@ -100,7 +126,7 @@ class Demo:
             )
         return by_partition
 
-    # ---- 2+3. processing, crash, recovery ---------------------------------------------------
+    # ---- 3+4. processing, crash, recovery ---------------------------------------------------
 
     def worker(self, partition: int, pace_ms: float) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -131,9 +157,37 @@ class Demo:
         positions = [r["input_position"] for r in rows if r["input_position"] is not None]
         return min(positions) if positions else 0
 
-    def process(self, by_partition: list[list[pl.Event]]) -> float:
+    def process_on_spark(self) -> float:
+        files = len(self.batches)
         self.step(
-            2,
+            3,
+            f"processing: a Structured Streaming job (local[2], one file per micro-batch), "
+            f"state in txstore, {self.partitions} partitions",
+        )
+        self.run = run = st.SparkRun(self.out, self.partitions, self.env, self)
+        killed_at = run.crash(files)
+        self.step(4, "restart from the checkpoint: each Task recovers (no wipe)")
+        self.say(f"{files - killed_at} micro-batch(es) left after the kill")
+        seconds, lines = run.restart()
+        replayed = [x for x in lines if x["skipped"]]
+        self.say(
+            f"first micro-batch committed {seconds:.1f} s after the restart (JVM start "
+            "included)"
+            + (
+                f"; micro-batch {replayed[0]['batch_id']} was replayed, and the partitions that "
+                "had committed it skipped it"
+                if replayed
+                else ""
+            )
+        )
+        self.facts.append(("SIGKILL of the job to its next batch", f"{seconds:.1f} s (no wipe)"))
+        return 1000 * seconds
+
+    def process(self, by_partition: list[list[pl.Event]]) -> float:
+        if self.spark:
+            return self.process_on_spark()
+        self.step(
+            3,
             f"processing: {self.partitions} worker processes, a commit every "
             f"{pl.COMMIT_EVERY:,} events",
         )
@@ -154,8 +208,8 @@ class Demo:
             time.sleep(0.05)
         print(flush=True)
         self.check(
-            killed_at >= 0,
-            f"step 3: worker of partition {victim} SIGKILLed mid-stream "
+            0 <= killed_at < totals[victim],
+            f"worker of partition {victim} SIGKILLed mid-stream "
             f"(committed input position {killed_at:,} of {totals[victim]:,})",
         )
         for p, proc in procs.items():
@@ -166,7 +220,7 @@ class Demo:
                     f"worker of partition {p} finished"
                     + (f": {err[-300:]}" if proc.returncode else ""),
                 )
-        self.say(f"restarting the worker of partition {victim} (no wipe: recover + restore)")
+        self.step(4, f"restarting the worker of partition {victim} (no wipe: recover + restore)")
         t0 = time.perf_counter()
         proc = self.worker(victim, 0.0)
         out, err = proc.communicate(timeout=600)
@@ -190,21 +244,30 @@ class Demo:
         self.say(f"the restarted worker processed the rest of its input in {elapsed:.1f} s")
         return recovery_ms
 
-    # ---- 4. verification --------------------------------------------------------------------
+    # ---- 5. verification --------------------------------------------------------------------
+
+    def open_task(self, partition: int) -> Any:
+        """The Task of ``partition``, recovered and restored (the caller closes it)."""
+        if self.spark:
+            return st.demo_step(self.out, self.partitions).open_task(partition)
+        task = pl.open_task(self.state, partition)
+        task.initialize()
+        return task
 
     def verify(self, by_partition: list[list[pl.Event]]) -> None:
-        self.step(4, "checking every store of every partition against the events")
+        self.step(5, "checking every store of every partition against the events")
         print(f"      {'partition':<10}{'store':<13}{'entries':>9}  result")
         checked = 0
         for p, events in enumerate(by_partition):
             expected = pl.expected(events)
-            with pl.open_task(self.state, p) as task:
-                task.initialize()
+            want = st.committed_batches(self.out) if self.spark else len(events)
+            with self.open_task(p) as task:
                 position = task.input_position
                 actual = pl.actual(task)
             self.check(
-                position == len(events),
-                f"partition {p}: input position {position} = {len(events)} events",
+                position == want,
+                f"partition {p}: input position {position} = "
+                + (f"{want} committed micro-batches" if self.spark else f"{want} events"),
             )
             for store in ("user-totals", "page-views", "sessions"):
                 same = actual[store] == expected[store]
@@ -214,6 +277,16 @@ class Demo:
                 if not same:
                     self.failures.append(f"partition {p} store {store} differs from the model")
         self.facts.append(("entries verified against the model", f"{checked:,}"))
+        if self.spark:
+            emitted = st.emitted_totals(self.out)
+            totals = {
+                u: n for p in by_partition for u, (n, _, _) in pl.expected(p)["user-totals"].items()
+            }
+            rows = sum(len(v) for v in emitted.values())
+            self.check(
+                emitted == {u: list(range(1, n + 1)) for u, n in totals.items()},
+                f"outputs: {rows:,} rows in Parquet files, each view's running total exactly once",
+            )
         report = admin.check(self.state)
         self.check(
             report.ok,
@@ -222,10 +295,10 @@ class Demo:
             f"records read, no problem",
         )
 
-    # ---- 5. queries -------------------------------------------------------------------------
+    # ---- 6. queries -------------------------------------------------------------------------
 
     def serve(self, by_partition: list[list[pl.Event]]) -> None:
-        self.step(5, "interactive queries over HTTP from two instances")
+        self.step(6, "interactive queries over HTTP from two instances")
         ports = [_free_port(), _free_port()]
         hosts = [f"127.0.0.1:{port}" for port in ports]
         split = max(1, self.partitions - 1)
@@ -319,27 +392,20 @@ class Demo:
                     s.kill()
 
     def spark_subprocess(self, snap: Path) -> dict[str, Any]:
-        """Run the Spark analytics in a child process, so the JVM's start-up chatter stays out
-        of the demo's output (it is shown if Spark fails)."""
-        out = self.out / "spark-result.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "txstore.demo.child", "spark", str(snap), str(out)],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"Spark analytics failed:\n{proc.stderr[-3000:]}")
-        result: dict[str, Any] = json.loads(out.read_text())
+        """Run the Spark analytics in the streaming job's child process, whose Spark session is
+        still up (the JVM's start-up chatter stays out of the demo's output; it is shown if
+        Spark fails)."""
+        if self.run is None:
+            raise RuntimeError("the Spark analytics run in the streaming job's child process")
+        result = self.run.analytics(snap)
         for key in ("top_pages", "session_buckets"):
             result[key] = [tuple(x) for x in result[key]]
         return result
 
-    # ---- 6. snapshot + Spark ----------------------------------------------------------------
+    # ---- 7. snapshot + Spark ----------------------------------------------------------------
 
     def analytics(self) -> None:
-        self.step(6, "snapshot + Spark analytics")
+        self.step(7, "snapshot + Spark analytics")
         snap = self.out / "snapshot"
         t0 = time.perf_counter()
         manifest = snapshot_state_dir(self.state, snap)
@@ -355,7 +421,10 @@ class Demo:
         else:
             t0 = time.perf_counter()
             result = self.spark_subprocess(snap)
-            self.say(f"Spark (local[2], txstore data source) took {time.perf_counter() - t0:.1f} s")
+            self.say(
+                f"Spark (local[2], txstore data source, in the streaming job's session) took "
+                f"{time.perf_counter() - t0:.1f} s"
+            )
             self.check(
                 result["top_pages"] == expected["top_pages"], "Spark's top pages = a direct read"
             )
@@ -382,6 +451,22 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def out_dir_problem(out: Path, force: bool) -> str | None:
+    """Why the demo must not write into ``out``, or None: an existing directory that is not
+    empty and was not made by the demo (no :data:`MARKER`) is refused unless ``force``, since
+    the demo replaces its output directory; so is a file."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"txstore demo: --out {out} is a file, not a directory; choose another --out"
+    if force or (out / MARKER).exists() or not any(out.iterdir()):
+        return None
+    return (
+        f"txstore demo: --out {out} exists and was not made by the demo (it would be deleted); "
+        "choose another --out, or pass --force to replace it"
+    )
 
 
 def missing_dependency(spark: bool, plot: bool) -> str | None:
@@ -428,7 +513,7 @@ def run(
     checks :func:`missing_dependency` first."""
     started = time.perf_counter()
     print("txstore demo: a page-view pipeline on txstore, crashed, recovered, queried, analysed")
-    print("\n[0/6] codecs: Kafka's own test vectors through the C extension")
+    print(f"\n[1/{STEPS}] codecs: Kafka's own test vectors through the C extension")
     failed_codecs = run_codec_demo(lambda line: None)
     print(f"      {'ok  ' if not failed_codecs else 'FAIL'} every codec matches Kafka's bytes")
     demo = Demo(Path(out).resolve(), events, partitions, spark, plot)
@@ -437,8 +522,12 @@ def run(
     by_partition = demo.generate()
     recovery_ms = demo.process(by_partition)
     demo.verify(by_partition)
-    demo.serve(by_partition)
-    demo.analytics()
+    try:
+        demo.serve(by_partition)
+        demo.analytics()
+    finally:
+        if demo.run is not None:
+            demo.run.stop()
     print("\nsummary")
     demo.facts.insert(0, ("events processed exactly once", f"{events:,}"))
     for what, value in demo.facts:
@@ -456,7 +545,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="txstore demo", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
-    parser.add_argument("--out", default="demo-out", help="output directory (replaced)")
+    parser.add_argument(
+        "--out",
+        default="demo-out",
+        help="output directory (replaced if an earlier demo made it; see --force)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace --out even if the demo did not make it"
+    )
     parser.add_argument("--events", type=int, default=60_000, help="page views to generate")
     parser.add_argument("--num-partitions", type=int, default=3, help="partitions (>= 2)")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
@@ -464,6 +560,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.num_partitions < 2 or args.events < 1000:
         parser.error("--num-partitions must be >= 2 and --events >= 1000")
+    refused = out_dir_problem(Path(args.out), args.force)
+    if refused is not None:
+        print(refused, file=sys.stderr)
+        return 2
     problem = missing_dependency(not args.no_spark, not args.no_plot)
     if problem is not None:
         print(problem, file=sys.stderr)
