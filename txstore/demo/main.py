@@ -128,7 +128,7 @@ class Demo:
 
     # ---- 3+4. processing, crash, recovery ---------------------------------------------------
 
-    def worker(self, partition: int, pace_ms: float) -> subprocess.Popen[str]:
+    def worker(self, partition: int, pace_ms: float, every: int) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [
                 sys.executable,
@@ -139,6 +139,7 @@ class Demo:
                 str(partition),
                 str(self.inputs),
                 str(pace_ms),
+                str(every),
             ],
             env=self.env,
             stdout=subprocess.PIPE,
@@ -186,14 +187,16 @@ class Demo:
     def process(self, by_partition: list[list[pl.Event]]) -> float:
         if self.spark:
             return self.process_on_spark()
-        self.step(
-            3,
-            f"processing: {self.partitions} worker processes, a commit every "
-            f"{pl.COMMIT_EVERY:,} events",
-        )
         victim = 1 % self.partitions
         totals = [len(e) for e in by_partition]
-        procs = {p: self.worker(p, 60.0 if p == victim else 0.0) for p in range(self.partitions)}
+        # At least 6 commits in the victim's input, so that the kill lands mid-stream.
+        every = max(1, min(pl.COMMIT_EVERY, totals[victim] // 6))
+        self.step(
+            3, f"processing: {self.partitions} worker processes, a commit every {every:,} events"
+        )
+        procs = {
+            p: self.worker(p, 60.0 if p == victim else 0.0, every) for p in range(self.partitions)
+        }
         kill_at = totals[victim] // 3
         killed_at = -1
         while procs[victim].poll() is None:
@@ -222,7 +225,7 @@ class Demo:
                 )
         self.step(4, f"restarting the worker of partition {victim} (no wipe: recover + restore)")
         t0 = time.perf_counter()
-        proc = self.worker(victim, 0.0)
+        proc = self.worker(victim, 0.0, every)
         out, err = proc.communicate(timeout=600)
         elapsed = time.perf_counter() - t0
         lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]

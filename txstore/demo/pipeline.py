@@ -156,9 +156,15 @@ def process(task: Task, e: Event) -> None:
     sessions.put(Windowed(e.user, SessionWindow(lo, hi)), count)
 
 
-def run_worker(state_dir: Path, partition: int, input_dir: Path, pace_ms: float = 0.0) -> None:
+def run_worker(
+    state_dir: Path,
+    partition: int,
+    input_dir: Path,
+    pace_ms: float = 0.0,
+    every: int = COMMIT_EVERY,
+) -> None:
     """Process partition ``partition`` from its committed input position to the end of its
-    input, committing every :data:`COMMIT_EVERY` events (``pace_ms`` sleeps per batch, so a
+    input, committing every ``every`` events (``pace_ms`` sleeps per batch, so a
     demo can kill a worker mid-stream)."""
     events = read_input(input_dir / f"input-{partition}.jsonl")
     with open_task(state_dir, partition) as task:
@@ -177,7 +183,7 @@ def run_worker(state_dir: Path, partition: int, input_dir: Path, pace_ms: float 
         )
         pos = task.input_position or 0
         while pos < len(events):
-            end = min(len(events), pos + COMMIT_EVERY)
+            end = min(len(events), pos + every)
             for e in events[pos:end]:
                 process(task, e)
             task.commit(end)
