@@ -28,10 +28,10 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
@@ -40,9 +40,6 @@ from txstore.errors import IllegalStateError, InvalidArgumentError, WriterLocked
 from txstore.runtime.statedir import partition_path
 from txstore.runtime.task import Task
 from txstore.spark.streaming.routing import PARTITION_COLUMN
-
-if TYPE_CHECKING:
-    from txstore.spark.streaming.step import StatefulStep
 
 __all__ = ["RELEASE_FILE", "PartitionContext", "held_partitions", "release_all", "run_partition"]
 
@@ -72,6 +69,28 @@ class PartitionContext:
         elif isinstance(rows, pa.RecordBatch):
             rows = pa.Table.from_batches([rows])
         self.outputs.append(rows)
+
+
+class StepConfig(Protocol):
+    """What a Spark task needs of its step (:class:`~txstore.spark.streaming.StatefulStep`)."""
+
+    state_dir: str
+    changelog_dir: str | None
+    output_dir: str | None
+    output_schema: pa.Schema | None
+    order_by: Sequence[str]
+    outbox_store: str
+    sync: bool
+    overlay_budget_bytes: int
+    lock_timeout_s: float
+    token: str
+
+    @property
+    def processor(self) -> Callable[[PartitionContext, pa.Table], None]: ...
+
+    def open_stores(self, task: Task) -> None: ...
+
+    def coordination_dir(self, partition: int) -> Path: ...
 
 
 @dataclass
@@ -127,7 +146,7 @@ def release_all() -> None:
             _drop(path, held)
 
 
-def open_task(step: StatefulStep, partition: int) -> Task:
+def open_task(step: StepConfig, partition: int) -> Task:
     """Open, recover and restore the Task of ``partition`` (raises WriterLockedError if held)."""
     path = partition_path(step.state_dir, partition)
     changelogs = None if step.changelog_dir is None else Path(step.changelog_dir) / str(partition)
@@ -146,7 +165,7 @@ def open_task(step: StatefulStep, partition: int) -> Task:
     return task
 
 
-def _acquire(step: StatefulStep, partition: int) -> _Held:
+def _acquire(step: StepConfig, partition: int) -> _Held:
     """This process's hold of ``partition``'s Task, opened (or taken from an idle holder)
     if needed; returned with ``busy`` held."""
     global _WATCHER
@@ -199,7 +218,7 @@ def _outbox_key(batch_id: int, chunk: int) -> bytes:
     return struct.pack(">qi", batch_id, chunk)
 
 
-def _write_outbox(step: StatefulStep, ctx: PartitionContext) -> int:
+def _write_outbox(step: StepConfig, ctx: PartitionContext) -> int:
     """Put the processor's output of this batch in the outbox (one Arrow IPC stream), and drop
     the outbox entries of earlier batches (their files were written: Spark started this one)."""
     outbox = ctx.task.store(step.outbox_store)
@@ -224,7 +243,7 @@ def output_path(output_dir: str | os.PathLike[str], batch_id: int, partition: in
     return Path(output_dir) / f"batch_id={batch_id}" / f"part-{partition:05d}.parquet"
 
 
-def _write_file(step: StatefulStep, task: Task, batch_id: int, partition: int) -> int:
+def _write_file(step: StepConfig, task: Task, batch_id: int, partition: int) -> int:
     """Write the batch's output file from the outbox, unless it is there; rows written."""
     if step.output_dir is None:
         return 0
@@ -261,7 +280,7 @@ SUMMARY_SCHEMA = pa.schema(
 
 
 def run_partition(
-    step: StatefulStep, batch_id: int, batches: Iterator[pa.RecordBatch]
+    step: StepConfig, batch_id: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """The body of one Spark task of micro-batch ``batch_id`` (``mapInArrow`` after
     ``repartitionById``): yields one summary row."""
@@ -305,7 +324,7 @@ def run_partition(
     yield _summary(partition, batch_id, records, skipped, outputs, attempt)
 
 
-def _discard(held: _Held, step: StatefulStep, partition: int) -> None:
+def _discard(held: _Held, step: StepConfig, partition: int) -> None:
     """A failed attempt: close the Task (its overlay and changelog tail are discarded; the next
     attempt's recovery finds nothing of this one)."""
     path = str(partition_path(step.state_dir, partition))
