@@ -189,3 +189,8 @@ def test_demo_refuses_to_delete_a_directory_it_did_not_make(tmp_path: Path) -> N
     assert out_dir_problem(tmp_path / "new", force=False) is None
     (tmp_path / "empty").mkdir()
     assert out_dir_problem(tmp_path / "empty", force=False) is None
+    (tmp_path / "old-demo" / "state").mkdir(parents=True)  # made by a demo before the marker
+    (tmp_path / "old-demo" / "analytics.png").write_bytes(b"png")
+    assert out_dir_problem(tmp_path / "old-demo", force=False) is None
+    (tmp_path / "old-demo" / "thesis.tex").write_text("mine")
+    assert out_dir_problem(tmp_path / "old-demo", force=False) is not None

@@ -50,6 +50,12 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The file that marks an output directory as the demo's (so a rerun may replace it).
 MARKER = ".txstore-demo"
 STEPS = 7
+#: What the demo writes into its output directory (one made before :data:`MARKER` existed
+#: holds only these, and may be replaced too).
+DEMO_FILES = frozenset(
+    {"state", "input", "snapshot", "checkpoint", "output", "assignment.json", "analytics.png"}
+    | {"spark-result.json", "jvm.log"}
+)
 
 
 class Demo:
@@ -457,14 +463,15 @@ def _free_port() -> int:
 
 
 def out_dir_problem(out: Path, force: bool) -> str | None:
-    """Why the demo must not write into ``out``, or None: an existing directory that is not
-    empty and was not made by the demo (no :data:`MARKER`) is refused unless ``force``, since
-    the demo replaces its output directory; so is a file."""
+    """Why the demo must not write into ``out``, or None: an existing directory that holds
+    anything but what the demo writes (:data:`DEMO_FILES`) and was not made by the demo (no
+    :data:`MARKER`) is refused unless ``force``, since the demo replaces its output directory;
+    so is a file."""
     if not out.exists():
         return None
     if not out.is_dir():
         return f"txstore demo: --out {out} is a file, not a directory; choose another --out"
-    if force or (out / MARKER).exists() or not any(out.iterdir()):
+    if force or (out / MARKER).exists() or {p.name for p in out.iterdir()} <= DEMO_FILES:
         return None
     return (
         f"txstore demo: --out {out} exists and was not made by the demo (it would be deleted); "

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from txstore.codecs import partition_for_key
 from txstore.spark.streaming import PartitionContext, StatefulStep

@@ -1,7 +1,7 @@
 """The killed driver: a real Structured Streaming query in a child process (driver, JVM and
 Python workers in one process group) is SIGKILLed mid-stream, restarted from its checkpoint,
-and its state and outputs must be exact. The first attempt of the tasks of one micro-batch fails after
-writing the stores, so Spark's own task retry is covered too."""
+and its state and outputs must be exact. The first attempt of the tasks of one micro-batch
+fails after writing the stores, so Spark's own task retry is covered too."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from .common import counting_step, expected, rows, state
 
