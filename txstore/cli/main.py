@@ -102,8 +102,9 @@ def demo(
     out: str, force: bool, events: int, num_partitions: int, no_spark: bool, no_plot: bool
 ) -> int:
     """Run the end-to-end demo (what make demo runs): a page-view pipeline over several
-    partitions, a worker SIGKILLed and recovered, every store checked against a model, queries
-    over HTTP, a snapshot analysed by Spark and a chart. Needs the plot extra (matplotlib)
+    partitions as a Spark Structured Streaming job (worker processes with --no-spark),
+    SIGKILLed and recovered, every store checked against a model, queries over HTTP, a
+    snapshot analysed by Spark and a chart. Needs the plot extra (matplotlib)
     unless --no-plot, and the spark extra and Java 17 unless --no-spark. Exits 1 if a check
     fails.
 

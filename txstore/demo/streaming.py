@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -207,10 +208,12 @@ class SparkRun:
         )
         return killed_at
 
-    def restart(self) -> tuple[float, list[dict[str, Any]]]:
+    def restart(
+        self, on_batch: Callable[[dict[str, Any]], None]
+    ) -> tuple[float, list[dict[str, Any]]]:
         """Restart the job from its checkpoint and let it finish; the seconds from the restart
-        to its first committed micro-batch, and its batch lines. The child stays, for
-        :meth:`analytics`."""
+        to its first committed micro-batch, and its batch lines (``on_batch`` gets each one).
+        The child stays, for :meth:`analytics`."""
         t0 = time.perf_counter()
         self.proc = proc = self.start()
         first = float("nan")
@@ -234,6 +237,7 @@ class SparkRun:
                         else ""
                     )
                 )
+                on_batch(line)
         ok = proc.poll() is None
         self.ui.check(
             ok,
