@@ -6,8 +6,8 @@
    (:mod:`txstore.demo.streaming`: every partition's views in one
    :class:`~txstore.runtime.task.Task` with a timestamped key-value store with headers, a plain
    window store with headers and a session store, committed with the micro-batch id);
-4. SIGKILL the job (driver, JVM and Python workers) mid-stream, restart it from its checkpoint,
-   and let every Task recover without a wipe;
+4. SIGKILL the job (driver and JVM) mid-stream, restart it from its checkpoint, and let every
+   Task recover without a wipe, reading a user's total after every micro-batch meanwhile;
 5. check every store of every partition, and every output row, against a model computed
    straight from the events (0 lost, 0 counted twice);
 6. serve interactive queries over HTTP from two ``txstore serve`` processes and answer a few

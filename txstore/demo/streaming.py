@@ -8,9 +8,8 @@ source stands in for a Kafka topic). The job reads one file per micro-batch and 
 view's running count per user is emitted to Parquet files, once per micro-batch and partition.
 
 The job runs in a child process (``python -m txstore.demo.child stream OUT PARTITIONS``) so that
-the demo can SIGKILL it, driver, JVM and Python workers together, and restart it from its
-checkpoint. Stream-stream joins or other steps can be added as further processors over the
-same input.
+the demo can SIGKILL it, driver and JVM together, and restart it from its checkpoint. A
+stream-stream join, or any other step, can be added as one more processor over the same input.
 """
 
 from __future__ import annotations
@@ -162,7 +161,8 @@ def emitted_totals(out: Path) -> dict[str, list[int]]:
 
 class SparkRun:
     """The demo's steps 3 and 4 on Spark: run the job in a child process, SIGKILL it (its whole
-    process group: driver, JVM, Python workers) mid-stream, restart it from its checkpoint.
+    process group: driver and JVM; PySpark's worker daemon, in a group of its own, ends its
+    Python workers when the JVM is gone) mid-stream, restart it from its checkpoint.
     ``say``/``check``/``bar`` are the demo's output helpers."""
 
     def __init__(self, out: Path, partitions: int, env: dict[str, str], ui: Any) -> None:
@@ -202,7 +202,8 @@ class SparkRun:
         ok = proc.returncode == -signal.SIGKILL and killed_at < files
         self.ui.check(
             ok,
-            f"Spark job (driver, JVM and Python workers) SIGKILLed mid-stream, after "
+            f"Spark job SIGKILLed mid-stream (driver and JVM; their Python workers end with "
+            f"them), after "
             f"{killed_at} of {files} micro-batches"
             + ("" if proc.returncode == -signal.SIGKILL else f": it ended first: {err[-500:]}"),
         )

@@ -1,7 +1,9 @@
-"""The killed driver: a real Structured Streaming query in a child process (driver, JVM and
-Python workers in one process group) is SIGKILLed mid-stream, restarted from its checkpoint,
-and its state and outputs must be exact. The first attempt of the tasks of one micro-batch
-fails after writing the stores, so Spark's own task retry is covered too."""
+"""The killed driver: a real Structured Streaming query in a child process (driver and JVM in
+one process group; PySpark's worker daemon, in its own, ends the Python workers when the JVM is
+gone, and a worker that still holds a Task lets go when asked) is SIGKILLed mid-stream,
+restarted from its checkpoint, and its state and outputs must be exact. The first attempt of
+the tasks of one micro-batch fails after writing the stores, so Spark's own task retry is
+covered too."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def child(root: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own process group: the JVM and the workers die with it
+        start_new_session=True,  # its own process group: the JVM dies with it
     )
 
 
