@@ -67,7 +67,9 @@ def test_a_driver_killed_mid_stream_restarts_from_its_checkpoint_exactly(tmp_pat
     step = counting_step(tmp_path)
     counts, positions = state(step)
     assert counts == expected(*batches)  # 0 lost, 0 counted twice
-    assert set(positions.values()) == {FILES}
+    # Every partition is at the last micro-batch + 1 (after a restart, Spark may put two
+    # files in one micro-batch: count the committed micro-batches, not the files).
+    assert set(positions.values()) == {commits(tmp_path)}
     # Outputs: every user's running counts 1..n exactly once, across all batch files.
     emitted: dict[str, list[int]] = {}
     for path in sorted((tmp_path / "out").rglob("*.parquet")):
