@@ -12,6 +12,7 @@ import pytest
 
 from tests import _engine_child as child
 from tests._task_child import model
+from txstore.demo.main import out_dir_problem
 from txstore.engine.partition import Partition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,8 +165,37 @@ def test_check_next_to_a_live_spilling_writer_passes_and_reports_a_crashed_ones_
 
 
 def test_demo_runs_end_to_end_without_spark(tmp_path: Path) -> None:
-    # The full demo (make demo) adds Spark; here the rest runs on a small stream.
-    proc = txstore("demo", "--events", "4000", "--no-spark", "--out", str(tmp_path / "out"))
+    # The full demo (make demo) runs its pipeline on Spark; here the worker processes run it
+    # on a small stream, and a second run replaces the first one's directory.
+    for _ in range(2):
+        proc = txstore("demo", "--events", "4000", "--no-spark", "--out", str(tmp_path / "out"))
     assert "all checks passed" in proc.stdout
     assert "SIGKILLed mid-stream" in proc.stdout
+    steps = [line.split("]")[0] + "]" for line in proc.stdout.splitlines() if line[:1] == "["]
+    assert steps == [f"[{n}/7]" for n in range(1, 8)]  # numbered without a gap
     assert (tmp_path / "out" / "analytics.png").stat().st_size > 10_000
+
+
+def test_demo_refuses_to_delete_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    mine = tmp_path / "precious"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    proc = txstore("demo", "--no-spark", "--out", str(mine), check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"txstore demo: --out {mine} exists and was not made by the demo (it would be deleted); "
+        "choose another --out, or pass --force to replace it"
+    ]
+    assert (mine / "notes.txt").read_text() == "keep me"
+    (tmp_path / "file").write_text("x")
+    proc = txstore("demo", "--out", str(tmp_path / "file"), check=False)
+    assert proc.returncode == 2 and "is a file" in proc.stderr
+    assert out_dir_problem(mine, force=True) is None  # --force replaces it
+    assert out_dir_problem(tmp_path / "new", force=False) is None
+    (tmp_path / "empty").mkdir()
+    assert out_dir_problem(tmp_path / "empty", force=False) is None
+    (tmp_path / "old-demo" / "state").mkdir(parents=True)  # made by a demo before the marker
+    (tmp_path / "old-demo" / "analytics.png").write_bytes(b"png")
+    assert out_dir_problem(tmp_path / "old-demo", force=False) is None
+    (tmp_path / "old-demo" / "thesis.tex").write_text("mine")
+    assert out_dir_problem(tmp_path / "old-demo", force=False) is not None

@@ -14,6 +14,7 @@ import re
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -79,8 +80,9 @@ def cli() -> None:
     default="demo-out",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="Output directory (replaced).",
+    help="Output directory (replaced if an earlier demo made it; see --force).",
 )
+@click.option("--force", is_flag=True, help="Replace --out even if the demo did not make it.")
 @click.option(
     "--events",
     default=60_000,
@@ -97,10 +99,13 @@ def cli() -> None:
 )
 @click.option("--no-spark", is_flag=True, help="Skip Spark: the analytics in plain Python.")
 @click.option("--no-plot", is_flag=True, help="No PNG chart (no matplotlib needed).")
-def demo(out: str, events: int, num_partitions: int, no_spark: bool, no_plot: bool) -> int:
+def demo(
+    out: str, force: bool, events: int, num_partitions: int, no_spark: bool, no_plot: bool
+) -> int:
     """Run the end-to-end demo (what make demo runs): a page-view pipeline over several
-    partitions, a worker SIGKILLed and recovered, every store checked against a model, queries
-    over HTTP, a snapshot analysed by Spark and a chart. Needs the plot extra (matplotlib)
+    partitions as a Spark Structured Streaming job (worker processes with --no-spark),
+    SIGKILLed and recovered, every store checked against a model, queries over HTTP, a
+    snapshot analysed by Spark and a chart. Needs the plot extra (matplotlib)
     unless --no-plot, and the spark extra and Java 17 unless --no-spark. Exits 1 if a check
     fails.
 
@@ -108,8 +113,11 @@ def demo(out: str, events: int, num_partitions: int, no_spark: bool, no_plot: bo
     Example:
       txstore demo --no-spark --events 5000 --out /tmp/demo
     """
-    from txstore.demo.main import missing_dependency, run
+    from txstore.demo.main import missing_dependency, out_dir_problem, run
 
+    refused = out_dir_problem(Path(out), force)
+    if refused is not None:
+        raise CliError(refused, EXIT_USAGE)
     problem = missing_dependency(spark=not no_spark, plot=not no_plot)
     if problem is not None:
         raise MissingDependencyError(problem)

@@ -60,27 +60,40 @@ def partition_of(user: str, partitions: int) -> int:
     return partition_for_key(user.encode(), partitions)
 
 
-def generate(n: int, partitions: int, out_dir: Path, seed: int = 7) -> list[list[Event]]:
+def events(n: int, seed: int = 7) -> list[Event]:
     """``n`` page views by 300 users over 60 pages (a few pages and users much more active),
-    in event-time order, split into per-partition input files ``<out_dir>/input-<p>.jsonl``."""
+    in event-time order (every timestamp distinct)."""
     rng = random.Random(seed)
     users = [f"user-{i:03d}" for i in range(300)]
     pages = [f"/docs/page-{i:02d}" for i in range(60)]
     user_weights = [1.0 / (1 + i) ** 0.8 for i in range(len(users))]
     page_weights = [1.0 / (1 + i) ** 1.1 for i in range(len(pages))]
-    by_partition: list[list[Event]] = [[] for _ in range(partitions)]
+    out: list[Event] = []
     ts = START_MS
     for _ in range(n):
         ts += rng.choice((50, 200, 500, 1_000, 3_000))
         user = rng.choices(users, user_weights)[0]
-        event = Event(user, rng.choices(pages, page_weights)[0], ts, rng.choice(("web", "app")))
-        by_partition[partition_of(user, partitions)].append(event)
+        out.append(Event(user, rng.choices(pages, page_weights)[0], ts, rng.choice(("web", "app"))))
+    return out
+
+
+def by_partition(all_events: list[Event], partitions: int) -> list[list[Event]]:
+    """The events of each partition (Kafka's default partitioner on the user), in order."""
+    split: list[list[Event]] = [[] for _ in range(partitions)]
+    for e in all_events:
+        split[partition_of(e.user, partitions)].append(e)
+    return split
+
+
+def generate(n: int, partitions: int, out_dir: Path, seed: int = 7) -> list[list[Event]]:
+    """:func:`events` split into per-partition input files ``<out_dir>/input-<p>.jsonl``."""
+    split = by_partition(events(n, seed), partitions)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for p, events in enumerate(by_partition):
+    for p, part in enumerate(split):
         with open(out_dir / f"input-{p}.jsonl", "w", encoding="utf-8") as f:
-            for e in events:
+            for e in part:
                 f.write(json.dumps(e.__dict__) + "\n")
-    return by_partition
+    return split
 
 
 def read_input(path: Path) -> list[Event]:
@@ -88,32 +101,36 @@ def read_input(path: Path) -> list[Event]:
         return [Event(**json.loads(line)) for line in f]
 
 
-def open_task(state_dir: Path, partition: int) -> Task:
-    """The task of ``partition`` with the demo's three stores."""
-    task = Task(partition_path(state_dir, partition), overlay_budget_bytes=8 * 2**20)
-    task.key_value_store(
+def builders() -> list[Any]:
+    """The builders of the demo's three stores."""
+    return [
         Stores.timestamped_key_value_store_with_headers_builder(
             Stores.persistent_timestamped_key_value_store_with_headers("user-totals"),
             Serdes.string(),
             Serdes.long(),
-        )
-    )
-    task.window_store(
+        ),
         Stores.window_store_with_headers_builder(
             Stores.persistent_window_store_with_headers(
                 "page-views", RETENTION_MS, WINDOW_MS, False
             ),
             Serdes.string(),
             Serdes.long(),
-        )
-    )
-    task.session_store(
+        ),
         Stores.session_store_builder(
             Stores.persistent_session_store("sessions", RETENTION_MS),
             Serdes.string(),
             Serdes.long(),
-        )
-    )
+        ),
+    ]
+
+
+def open_task(state_dir: Path, partition: int) -> Task:
+    """The task of ``partition`` with the demo's three stores."""
+    task = Task(partition_path(state_dir, partition), overlay_budget_bytes=8 * 2**20)
+    kv, window, session = builders()
+    task.key_value_store(kv)
+    task.window_store(window)
+    task.session_store(session)
     return task
 
 
@@ -139,9 +156,15 @@ def process(task: Task, e: Event) -> None:
     sessions.put(Windowed(e.user, SessionWindow(lo, hi)), count)
 
 
-def run_worker(state_dir: Path, partition: int, input_dir: Path, pace_ms: float = 0.0) -> None:
+def run_worker(
+    state_dir: Path,
+    partition: int,
+    input_dir: Path,
+    pace_ms: float = 0.0,
+    every: int = COMMIT_EVERY,
+) -> None:
     """Process partition ``partition`` from its committed input position to the end of its
-    input, committing every :data:`COMMIT_EVERY` events (``pace_ms`` sleeps per batch, so a
+    input, committing every ``every`` events (``pace_ms`` sleeps per batch, so a
     demo can kill a worker mid-stream)."""
     events = read_input(input_dir / f"input-{partition}.jsonl")
     with open_task(state_dir, partition) as task:
@@ -160,7 +183,7 @@ def run_worker(state_dir: Path, partition: int, input_dir: Path, pace_ms: float 
         )
         pos = task.input_position or 0
         while pos < len(events):
-            end = min(len(events), pos + COMMIT_EVERY)
+            end = min(len(events), pos + every)
             for e in events[pos:end]:
                 process(task, e)
             task.commit(end)

@@ -150,7 +150,9 @@ class Task:
     ``sync`` applies to the LMDB commits and the changelog commits alike; ``changelog_options``
     are passed to each :class:`~txstore.changelog.log.FileChangelog` (``segment_bytes``...);
     ``verify`` is :func:`txstore.open`'s (when ``data/data.mdb``'s pages are walked).
-    Changelogs live in ``<path>/changelog/<store>/``.
+    Changelogs live in ``<path>/changelog/<store>/``, or in ``<changelog_dir>/<store>/`` when
+    ``changelog_dir`` is given (stores on local disk, changelogs on storage that other hosts
+    reach: a task opened elsewhere over an empty ``path`` restores from them).
 
     >>> import tempfile, txstore
     >>> from txstore import Serdes, Stores
@@ -177,11 +179,16 @@ class Task:
         overlay_budget_bytes: int = 64 * 2**20,
         changelog_options: dict[str, Any] | None = None,
         verify: str | None = None,
+        changelog_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         check_not_a_file(path)
         self.path = Path(path)
         """The partition directory (its LMDB environment in ``data/``, changelogs in
         ``changelog/<store>/``)."""
+        #: Where the stores' changelog directories are (``<path>/changelog`` by default).
+        self.changelog_root = (
+            self.path / "changelog" if changelog_dir is None else Path(changelog_dir)
+        )
         self.sync = sync
         """Whether commits are synced to disk (LMDB and changelogs alike)."""
         self._restore_bytes = max(1, overlay_budget_bytes // 2)
@@ -211,9 +218,9 @@ class Task:
     def open_changelog(
         self, name: str, kind: StoreKind, retention_period: int | None
     ) -> FileChangelog:
-        """Create or open the changelog of store ``name`` in ``<path>/changelog/<name>/``:
-        compacted for a key-value store, compacted and deleted after the store's retention
-        plus :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
+        """The changelog of store ``name`` in ``<changelog_root>/<name>/``: compacted for a
+        key-value store, compacted and deleted after the store's retention plus
+        :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
 
         Called by :func:`~txstore.stores.assembly.assemble` for every store opened in
         :attr:`db`, whichever way; to get the changelog of an open store, use
@@ -223,7 +230,7 @@ class Task:
         changelog (by :func:`txstore.open`), before creating anything.
         """
         self._check_created()
-        where = self.path / "changelog" / name
+        where = self.changelog_root / name
         committed = self.db.partition.committed_offset(name)
         if committed is not None and not where.exists():
             raise StoreNotChangeloggedError(not_changelogged(name, committed, str(where)))
@@ -356,7 +363,7 @@ class Task:
         entries = self._entries
         logs = {name: e.log for name, e in entries.items()}
         # Changelogs of stores that are not open this time still take part in the repair.
-        root = self.path / "changelog"
+        root = self.changelog_root
         others: list[FileChangelog] = []
         try:
             if root.is_dir():
