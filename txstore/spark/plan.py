@@ -12,14 +12,22 @@ executor inside an ``InputPartition``.
   file size) and reads it.
 * A *live* state directory: at planning, each partition is opened read-only and one LMDB read
   transaction records the cut (its transaction id, the store's committed offset and metadata).
-  The task opens the partition read-only (after Spark's fork), begins one read transaction and
-  reads only if it has the *same LMDB transaction id*: then it sees byte for byte the planned
-  state. Any commit in between (including one that keeps the offset, or a non-transactional
-  write, which offsets cannot reveal) makes the task fail with :class:`CutMovedError` instead
-  of returning rows from another cut. Re-running the query plans a new cut.
+  The task opens the partition read-only (after Spark's fork) and reads it in *one* read
+  transaction (LMDB MVCC: a reader sees one committed transaction, whole, whatever the writer
+  does meanwhile; it never blocks the writer nor sees its uncommitted pages). When that
+  transaction is the planned one, the task reads byte for byte the planned state. When the
+  partition committed since planning, the task reads its newer commit instead: a later cut of
+  that partition, whole. This is still one consistent cut of the store: a txstore ``Task`` owns
+  one partition and partitions commit independently (as Kafka tasks do), so planning itself
+  cuts them one after another; a partition cut a little later is a cut planning could have
+  taken. A live read is therefore never refused because a writer commits; only a change of the
+  store's configuration in between (a different format: the planned schema would be wrong)
+  raises :class:`CutMovedError`. The limit: a query that reads one live partition *twice* (a
+  self-join of one DataFrame, a recomputed stage) may read two commits of it.
 * ``snapshot=true`` or ``snapshot=<dir>`` takes a snapshot of the live directory at planning
-  (:func:`txstore.runtime.snapshot.snapshot_state_dir`) and plans on it, so writers may keep
-  committing.
+  (:func:`txstore.runtime.snapshot.snapshot_state_dir`) and plans on it: every task, and every
+  re-read of the same DataFrame, reads exactly the plan-time cut, at the cost of one compacting
+  copy of the store's partitions per planning.
 """
 
 from __future__ import annotations
@@ -87,8 +95,8 @@ SUPPORTED_FORMAT_VERSIONS: Final = frozenset({1})
 
 
 class CutMovedError(InvalidStateStoreError):
-    """A live partition committed between planning and reading: its rows would not belong to
-    the planned cut. Re-run the query, or read a snapshot (option ``snapshot``)."""
+    """A store's configuration changed between planning and reading a live partition: its
+    rows no longer fit the planned schema. Create the DataFrame again."""
 
 
 class SnapshotMismatchError(StorageError):
@@ -412,8 +420,14 @@ def _task(
     )
 
 
-def check_cut(task: ReadTask, cut: PartitionCut) -> None:
-    """Fail unless ``cut`` (what a task sees now) is the cut ``task`` was planned at."""
+def check_cut(task: ReadTask, cut: PartitionCut) -> ReadTask:
+    """The task to read in ``cut`` (what the task's read transaction sees now).
+
+    Snapshots: ``task`` itself, or :class:`SnapshotMismatchError` unless ``cut`` is exactly the
+    planned one. Live partitions: ``task`` when nothing committed since planning, else ``task``
+    moved to the newer commit ``cut``; :class:`CutMovedError` only if the store's configuration
+    changed (its rows would not fit the planned schema).
+    """
     now = cut.stores.get(task.store)
     if task.snapshot:
         size = os.path.getsize(os.path.join(task.path, "data", "data.mdb"))
@@ -431,16 +445,24 @@ def check_cut(task: ReadTask, cut: PartitionCut) -> None:
                 f"{_describe(now)}, {size} bytes): the snapshot was modified or mixed with "
                 "another one"
             )
-        return
-    if cut.lmdb_txnid != task.lmdb_txnid:
+        return task
+    if cut.lmdb_txnid == task.lmdb_txnid:
+        return task
+    if now is None or _meta_key(now.meta) != _meta_key(task.meta):
         raise CutMovedError(
-            f"partition {task.partition} at {task.path!r} committed after the query was planned "
-            f"(LMDB transaction {task.lmdb_txnid} -> {cut.lmdb_txnid}; store {task.store!r} "
-            f"committed offset {task.committed_offset} -> "
-            f"{now.committed_offset if now is not None else None}): reading it now would mix "
-            "two cuts. Re-run the query to read the new state, or read a consistent copy with "
-            'option("snapshot", "true") or a snapshot from `txstore snapshot`'
+            f"store {task.store!r} in partition {task.partition} at {task.path!r} changed its "
+            f"configuration after the query was planned ({dict(task.meta)!r} -> "
+            f"{dict(now.meta) if now is not None else 'no such store'!r}): its rows no longer "
+            "fit the planned schema. Create the DataFrame again"
         )
+    # The partition committed since planning: read its newer commit, whole (see the module doc).
+    return dataclasses.replace(
+        task,
+        lmdb_txnid=cut.lmdb_txnid,
+        committed_offset=now.committed_offset,
+        entries=now.entries,
+        meta=dict(now.meta),
+    )
 
 
 def _describe(cut: Any) -> str:

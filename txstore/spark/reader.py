@@ -2,7 +2,8 @@
 
 :func:`read_task` opens the partition read-only *inside the calling process* (PySpark's daemon
 forks its workers, and an LMDB environment must be opened after a fork), begins one read
-transaction, checks it against the plan (:func:`txstore.spark.plan.check_cut`), scans the
+transaction, checks it against the plan (:func:`txstore.spark.plan.check_cut`: the planned
+commit, or a later whole commit of a live partition), scans the
 store in key order in chunks of ``batch_size`` rows and turns each chunk into one
 ``pyarrow.RecordBatch`` of exactly the declared schema. The environment and the transaction
 are released in ``finally``, also when Spark stops consuming early.
@@ -278,7 +279,7 @@ def read_task(
     try:
         snap, cut = begin_cut(partition, number=task.partition, path=task.path)
         try:
-            check_cut(task, cut)
+            task = check_cut(task, cut)
             builder = BatchBuilder(layout, schema, task)
             chunks = _store_chunks(partition, snap, task, batch_size)
             try:
