@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from txstore.codecs import ValueFormat
+from txstore.engine.iterators import KeyRange
 from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, InvalidStateStoreError, StorageError
 from txstore.runtime.snapshot import (
@@ -56,6 +57,7 @@ from txstore.runtime.snapshot import (
 )
 from txstore.runtime.statedir import partition_dirs
 from txstore.spark.options import ReadOptions
+from txstore.spark.pushdown import Pushdown
 
 __all__ = [
     "CutMovedError",
@@ -345,14 +347,25 @@ def _snapshot_root() -> str:
     return str(root / uuid.uuid4().hex)
 
 
-def plan(options: ReadOptions, spec: StoreSpec) -> tuple[Source, list[ReadTask]]:
+def plan(
+    options: ReadOptions, spec: StoreSpec, pushdown: Pushdown | None = None
+) -> tuple[Source, list[ReadTask]]:
     """Take the cut of ``spec``'s store and make one task per partition holding it.
 
     Live sources: one read transaction per partition, now (or a snapshot of them, with the
     ``snapshot`` option). Raises if the store's metadata changed since :func:`resolve`.
+    ``pushdown`` drops partitions that cannot match: by number, and for key lookups in a
+    key-value store, partitions whose cut holds none of the keys (a point read each).
     """
+    pushdown = pushdown or Pushdown()
     source = open_source(options.path)
-    wanted = [n for n in source.partitions if options.partitions is None or n in options.partitions]
+    wanted = [
+        n
+        for n in source.partitions
+        if (options.partitions is None or n in options.partitions) and pushdown.allows_partition(n)
+    ]
+    if pushdown.empty:
+        return source, []
     if not source.is_snapshot and options.snapshot != "false":
         dest = options.snapshot_dir
         if dest is None:
@@ -388,11 +401,23 @@ def plan(options: ReadOptions, spec: StoreSpec) -> tuple[Source, list[ReadTask]]
         path = source.partitions[number]
         with Partition(path, readonly=True) as p:
             snap, cut = begin_cut(p, number=number, path=path)
-            snap.close()
-        task = _task(cut, path, spec, False, source)
+            try:
+                task = _task(cut, path, spec, False, source)
+                if task is not None and not _holds_a_key(p, snap, task, pushdown):
+                    task = None
+            finally:
+                snap.close()
         if task is not None:
             tasks.append(task)
     return source, tasks
+
+
+def _holds_a_key(partition: Partition, snap: Any, task: ReadTask, pushdown: Pushdown) -> bool:
+    """False when a key lookup cannot match in this cut of a plain key-value store."""
+    if pushdown.keys is None or task.meta.get("kind") != "key_value" or "db" in task.meta:
+        return True
+    source = snap.source(partition.db_name(task.store))
+    return any(source.read_chunk(KeyRange(k, k), False, 1)[0] for k in pushdown.keys)
 
 
 def _task(
