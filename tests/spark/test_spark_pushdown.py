@@ -4,6 +4,7 @@ with pushdown on and off, and a key lookup plans one partition's task."""
 from __future__ import annotations
 
 import datetime
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             T0 + w * WINDOW,
                         )
                 n = i - 150
-                if partition_for_key(Serdes.long().serialize(n), PARTITIONS) == p:
+                if partition_for_key(struct.pack(">q", n), PARTITIONS) == p:
                     ids.put(n, f"id{n}")
             db.commit({"users": 1, "ids": 1, "clicks": 1})
     return root

@@ -249,14 +249,8 @@ def resolve(options: ReadOptions) -> tuple[Source, StoreSpec]:
     if snap_dir is not None and is_snapshot(snap_dir):
         _check_snapshot_source(read_manifest(snap_dir), source)
         source = open_source(snap_dir)
-    elif (
-        snap_dir is not None
-        and os.path.exists(snap_dir)
-        and (not os.path.isdir(snap_dir) or os.listdir(snap_dir))
-    ):
-        raise InvalidArgumentError(
-            f"option snapshot: {snap_dir!r} exists and is neither a snapshot nor an empty directory"
-        )
+    elif snap_dir is not None:
+        _check_snapshot_dest(snap_dir, source)
     selected = dict(source.partitions)
     if options.partitions is not None:
         missing = sorted(options.partitions - set(selected))
@@ -302,6 +296,33 @@ def resolve(options: ReadOptions) -> tuple[Source, StoreSpec]:
     first = next(iter(by_partition.values()))
     spec = _check_meta(name, first, source.label)
     return source, dataclasses.replace(spec, partitions=tuple(sorted(by_partition)))
+
+
+def _check_snapshot_dest(snap_dir: str, source: Source) -> None:
+    """Refuse, at ``load()``, a ``snapshot`` directory that planning could not create."""
+    if os.path.exists(snap_dir):
+        if not os.path.isdir(snap_dir) or os.listdir(snap_dir):
+            raise InvalidArgumentError(
+                f"option snapshot: {snap_dir!r} exists and is neither a snapshot nor an empty "
+                "directory"
+            )
+        return
+    parent = os.path.dirname(snap_dir)
+    if not os.path.isdir(parent):
+        raise InvalidArgumentError(
+            f"option snapshot: the parent directory of {snap_dir!r} does not exist "
+            "(the snapshot is created there, its parent is not)"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(
+            f"option snapshot: cannot create {snap_dir!r}: {parent!r} is not writable"
+        )
+    real, src = os.path.realpath(snap_dir), os.path.realpath(source.path)
+    if real == src or real.startswith(src + os.sep):
+        raise InvalidArgumentError(
+            f"option snapshot: {snap_dir!r} is inside the source {source.path!r}; choose a "
+            "directory outside it"
+        )
 
 
 #: Metadata fields that say where a store keeps its data, not what it holds: they may differ
