@@ -5,8 +5,13 @@ from a clone, ``pip install '.[spark]'``).
 
     import txstore.spark
 
-    txstore.spark.register(spark)
+    spark = txstore.spark.local_session()  # or any session, then txstore.spark.register(spark)
     df = spark.read.format("txstore").option("store", "users").load("/var/lib/app/state")
+
+Installing txstore also installs the top-level ``pyspark_txstore`` package, which PySpark's
+discovery of ``pyspark_*`` modules registers: ``format("txstore")`` then works with no import,
+in any session whose Python workers run this environment. :func:`local_session`
+(:mod:`txstore.spark.session`) starts a local session with the right worker Python.
 
 Two sources, registered per Spark session by :func:`register`:
 
