@@ -104,16 +104,24 @@ spark = (SparkSession.builder.master("local[1]").config("spark.driver.host", "12
          .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
 n = spark.read.format("txstore").option("store", "users").load(sys.argv[1]).count()
 print("ROWS", n, "txstore" in sys.modules)
+# A session whose workers would run Spark's default python3 (PYSPARK_PYTHON unset), which
+# cannot import txstore's dependencies: register() runs the sources' workers on this Python.
+spark.sparkContext.pythonExec = "python3"
+import txstore.spark
+txstore.spark.register(spark)
+meta = spark.read.format("txstore-metadata").load(sys.argv[1]).collect()  # register()'s only
+print("META", [r.store for r in meta], spark.sparkContext.pythonExec)
 spark.stop()
 """
 
 
-def test_format_txstore_works_with_no_import(tmp_path: Path) -> None:
+def test_format_txstore_works_with_no_import_and_register_sets_the_workers(tmp_path: Path) -> None:
     """The ``pyspark_txstore`` package: Spark finds the source itself; the driver never
-    imports txstore."""
+    imports txstore. Then ``register`` in a session whose ``pythonExec`` is ``python3``."""
     root = _state(tmp_path / "state")
     done = _run(_AUTO.replace("sys.argv[1]", repr(str(root))), _env(PYSPARK_PYTHON=sys.executable))
     assert "ROWS 10 False" in done.stdout, done.stderr[-3000:]
+    assert "META ['bad', 'users'] python3" in done.stdout, done.stderr[-3000:]
 
 
 _HELPER = """
@@ -124,7 +132,9 @@ print("ROWS", df.where("key = 'u1-3'").collect())
 try:
     spark.read.format("txstore").option("store", "bad").load(ROOT).collect()
 except Exception as exc:
-    print("ERROR", type(exc).__name__, str(exc).strip().splitlines()[-1])
+    lines = str(exc).strip().splitlines()
+    print("ERROR", type(exc).__name__, lines[-1])
+    print("LINES", len(lines))
 spark.stop()
 """
 
@@ -134,7 +144,8 @@ def test_local_session_runs_workers_on_this_python_and_fails_reads_briefly(
 ) -> None:
     """Started by the venv's python by path with ``python3`` on PATH lacking txstore's
     dependencies: the workers still import txstore; a read that fails in a task raises one
-    ``PythonException`` naming the txstore error, and stderr carries no Java stack trace."""
+    short ``PythonException`` naming the txstore error, and stderr carries no Java stack
+    trace."""
     root = _state(tmp_path / "state")
     probe = subprocess.run(["python3", "-c", "import lmdb"], env=_env(), capture_output=True)
     assert probe.returncode != 0, "python3 on PATH should not be this environment"
@@ -145,5 +156,6 @@ def test_local_session_runs_workers_on_this_python_and_fails_reads_briefly(
         "ERROR PythonException txstore.errors.SerializationError: value b'short' of store "
         "'bad', partition 0 has 5 bytes; the Long serde writes 8: read it with decode=false"
     ], done.stdout
+    assert "LINES 5" in done.stdout, done.stdout  # a header, the traceback's 1 frame, the error
     java_frames = [line for line in done.stderr.splitlines() if line.startswith("\tat ")]
     assert java_frames == [], done.stderr[-3000:]

@@ -78,7 +78,10 @@ def register(spark: Any) -> None:
     ds = _datasource()
     from txstore.spark.session import worker_python
 
-    context: Any = getattr(spark, "sparkContext", None)  # None with Spark Connect
+    try:
+        context: Any = spark.sparkContext
+    except Exception:  # Spark Connect has none (PySparkNotImplementedError): nothing to set
+        context = None
     saved = getattr(context, "pythonExec", None)
     python = worker_python(str(context.master)) if context is not None else None
     try:

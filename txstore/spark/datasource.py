@@ -54,7 +54,7 @@ from pyspark.sql.types import StructType
 
 from txstore.engine.iterators import next_prefix
 from txstore.engine.partition import Partition
-from txstore.errors import InvalidArgumentError
+from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.runtime.snapshot import begin_cut
 from txstore.spark.options import ReadOptions, parse_options
 from txstore.spark.plan import (
@@ -172,13 +172,24 @@ class TxStoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TxStoreInputPartition):
             return iter(())  # Spark's single call for an empty plan: InputPartition(None)
-        return read_task(
-            partition.task,
-            self.layout,
-            _arrow_schema(self.layout.schema),
-            self.options.batch_size,
-            self.pushdown,
+        return _short_errors(
+            read_task(
+                partition.task,
+                self.layout,
+                _arrow_schema(self.layout.schema),
+                self.options.batch_size,
+                self.pushdown,
+            )
         )
+
+
+def _short_errors(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, with a txstore error raised from here without the reader's frames: the
+    ``PythonException`` Spark shows is one frame and the line naming the error class."""
+    try:
+        yield from batches
+    except TxStoreError as exc:
+        raise exc.with_traceback(None) from None
 
 
 _FIXED_KEYS: Final = {"integer": struct.Struct(">i"), "long": struct.Struct(">q")}
