@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 import txstore
-from txstore import Headers, Serdes, ValueFormat, ValueTimestampHeaders
+from txstore import (
+    Headers,
+    Serdes,
+    SessionWindow,
+    ValueFormat,
+    ValueTimestampHeaders,
+    Windowed,
+)
 from txstore.codecs import partition_for_key
 
 pytest.importorskip("pyspark")
@@ -58,7 +65,14 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 n = i - 150
                 if partition_for_key(struct.pack(">q", n), PARTITIONS) == p:
                     ids.put(n, f"id{n}")
-            db.commit({"users": 1, "ids": 1, "clicks": 1})
+            sessions = db.session_store(
+                "visits", Serdes.string(), Serdes.long(), retention_period=86_400_000
+            )
+            for i in range(30):
+                key = f"v{i % 6}"
+                if partition_for_key(key.encode(), PARTITIONS) == p:
+                    sessions.put(Windowed(key, SessionWindow(T0 + i * 1000, T0 + i * 1000 + 5)), i)
+            db.commit({"users": 1, "ids": 1, "clicks": 1, "visits": 1})
     return root
 
 
@@ -93,6 +107,8 @@ CASES = [
     ("ids", "key < 0 AND key > -3", 2, PARTITIONS),
     ("clicks", "key = 'user-007'", 4, PARTITIONS),
     ("clicks", f"key = 'user-007' AND window.start >= '{START.isoformat()}'", 3, None),
+    ("visits", "key = 'v3'", 5, PARTITIONS),
+    ("visits", "key IN ('v1', 'v4') AND session_window.end > '2023-11-14'", 10, None),
     ("clicks", f"key LIKE 'user-01%' AND window.start = '{START.isoformat()}'", 10, None),
 ]
 
@@ -125,3 +141,40 @@ def test_reads_work_with_pushdown_disabled(pushdown_off: Any, state: Path) -> No
     df = pushdown_off.read.format("txstore").option("store", "users").load(str(state))
     assert df.where("key = 'user-042'").collect()[0].value == 42
     assert df.where("key = 'user-042'").rdd.getNumPartitions() == PARTITIONS
+
+
+def test_pushdown_on_a_snapshot_reads_what_a_full_read_reads(state: Path, tmp_path: Path) -> None:
+    """In-process (the executor's code): a snapshot source has no plan-time key check, each
+    task reads the key itself."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from txstore.runtime.snapshot import snapshot_state_dir
+    from txstore.spark.reader import read_task
+    from txstore.spark.schema import layout
+
+    snapshot_state_dir(state, tmp_path / "snap")
+    for store, pushdown in [
+        ("users", Pushdown(keys=(b"user-042", b"user-043"))),
+        ("users", Pushdown(lo=b"user-1", hi=b"user-2", hi_inclusive=False)),
+        ("clicks", Pushdown(keys=(b"user-007",), start_from=T0 + WINDOW)),
+        ("visits", Pushdown(keys=(b"v2",))),
+    ]:
+        opts = parse_options({"path": str(tmp_path / "snap"), "store": store})
+        _, spec = resolve(opts)
+        lay = layout(spec, opts)
+        schema = to_arrow_schema(lay.schema, timezone="UTC")
+        narrowed, everything = (
+            [
+                r
+                for t in plan(opts, spec, p)[1]
+                for b in read_task(t, lay, schema, 50, p)
+                for r in b.to_pylist()
+            ]
+            for p in (pushdown, Pushdown())
+        )
+        assert 0 < len(narrowed) < len(everything)
+        expected = [r for r in everything if pushdown.key_matches(r["key"].encode())]
+        if store == "clicks":
+            start = datetime.datetime.fromtimestamp((T0 + WINDOW) / 1000, datetime.UTC)
+            expected = [r for r in expected if r["window"]["start"] >= start]
+        assert sorted(map(repr, narrowed)) == sorted(map(repr, expected))
