@@ -204,10 +204,7 @@ class BatchBuilder:
             if self.layout.has_timestamp:
                 columns["timestamp"] = _timestamps(_int64s(vcols.timestamps))
             if self.layout.has_headers:
-                columns["headers"] = pa.array(
-                    [[tuple(h) for h in decode_headers(hb)] if hb else [] for hb in vcols.headers],
-                    self.schema.field("headers").type,
-                )
+                columns["headers"] = _headers(vcols.headers, self.schema.field("headers").type)
         columns["value"] = self.decode(self.layout.value, values, self.value_type, "value")
         columns["partition_id"] = pa.repeat(self.partition_id, n)
         return pa.RecordBatch.from_arrays(
@@ -220,6 +217,20 @@ class BatchBuilder:
             [_timestamps(starts, nulls=False), _timestamps(ends, nulls=False)],
             fields=list(wtype),
         )
+
+
+def _headers(raws: Raws, atype: pa.DataType) -> pa.Array:
+    """The headers column: the serialized headers are dictionary-encoded by Arrow, each distinct
+    value is decoded once (records of a store mostly share a few), then taken by index."""
+    encoded = pc.dictionary_encode(_binary(raws))
+    distinct = pa.array(
+        [
+            [tuple(h) for h in decode_headers(raw)] if raw else []
+            for raw in encoded.dictionary.to_pylist()
+        ],
+        atype,
+    )
+    return distinct.take(encoded.indices)
 
 
 def _is_utf8(raw: bytes) -> bool:
