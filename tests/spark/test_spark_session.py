@@ -19,7 +19,12 @@ from txstore.engine.partition import Partition
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from txstore.spark.session import JavaNotFoundError, find_java, worker_python
+from txstore.spark.session import (
+    JavaNotFoundError,
+    find_java,
+    log_config_file,
+    worker_python,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +57,14 @@ def test_worker_python(monkeypatch: pytest.MonkeyPatch) -> None:
     assert worker_python("spark://host:7077") is None  # a cluster's executors: Spark's choice
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
     assert worker_python("local[*]") == "/opt/py/bin/python"
+
+
+def test_log_config_file_logs_failed_tasks_without_stack_traces() -> None:
+    path = Path(log_config_file())
+    text = path.read_text()
+    assert "logger.executor.name = org.apache.spark.executor.Executor" in text
+    assert "%m%n%ex{0}" in text and "rootLogger.level = warn" in text
+    assert log_config_file() == str(path) and path.read_text() == text  # written once
 
 
 def _state(root: Path) -> Path:

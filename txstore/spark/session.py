@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from txstore.errors import TxStoreError
 
-__all__ = ["JavaNotFoundError", "find_java", "local_session", "worker_python"]
+__all__ = ["JavaNotFoundError", "find_java", "local_session", "log_config_file", "worker_python"]
 
 #: The oldest Java that Spark 4 runs on.
 MIN_JAVA: Final = 17
@@ -119,7 +119,13 @@ def worker_python(master: str) -> str | None:
     return sys.executable if master.startswith("local") else None
 
 
-def _log_config() -> str:
+def log_config_file() -> str:
+    """A log4j2 properties file with Spark's default logging, except that a failed task is
+    logged in one line, without its Java stack trace (written once to the temporary directory).
+
+    :func:`local_session` uses it; for a session started another way, pass it to the driver's
+    JVM: ``spark-submit --driver-java-options -Dlog4j2.configurationFile=<file>``.
+    """
     path = Path(tempfile.gettempdir()) / f"txstore-spark-log4j2-{os.getuid()}.properties"
     if not path.is_file() or path.read_text() != _LOG4J2:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -157,7 +163,7 @@ def local_session(
     )
     if quiet_task_errors:
         builder = builder.config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log_config()}"
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config_file()}"
         )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
