@@ -32,8 +32,8 @@ $(STAMP): pyproject.toml setup.py MANIFEST.in $(wildcard csrc/*.c csrc/*.h) csrc
 setup: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check txstore tests perf csrc
-	$(VENV)/bin/ruff format --check txstore tests perf csrc
+	$(VENV)/bin/ruff check txstore pyspark_txstore tests perf csrc
+	$(VENV)/bin/ruff format --check txstore pyspark_txstore tests perf csrc
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

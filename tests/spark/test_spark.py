@@ -432,6 +432,15 @@ def test_bad_options_are_clear_errors(spark: Any, state: Path) -> None:
         ({"store": "headed", "partitions": "1"}, r"no store 'headed' in partitions 1 of"),
         ({"store": "plain", "decode": "yes please"}, "option decode must be true or false"),
         ({"store": "plain", "snapshot": "relative/dir"}, "option snapshot must be true, false"),
+        ({"store": "plain", "snapshot": "/no/such/parent/snap"}, "parent directory of .*"),
+        ({"store": "plain", "snapshot": str(state / "0" / "snap")}, "is inside the source"),
+        ({"store": "plain", "snapshot": str(state / "0" / "data" / "data.mdb")}, "neither a snap"),
+        ({"store": "plain", "batchSize": "0"}, "option batchSize must be an integer in 1.."),
+        ({"store": "plain", "partitions": "3-1"}, r"range '3-1' is empty"),
+        ({"store": "plain", "decode": "false", "keySchema": "x INT"}, "need decode=true"),
+        ({"store": "plain", "keySchema": "BIGINT"}, "applies to json and custom serdes"),
+        ({"store": "stamped", "valueSchema": "no such type"}, "valueSchema"),
+        ({"store": "  "}, "option store is empty"),
         ({"store": "plain", "stores": "x"}, "unknown option 'stores'"),
         ({"store": "plain", "valueSchema": "INT"}, "applies to json and custom serdes"),
     ]
@@ -506,15 +515,21 @@ def _commit_more(root: Path, p: int, offset: int) -> None:
         db.commit({"plain": offset})
 
 
-def test_commit_after_planning_fails_clearly(spark: Any, state: Path, tmp_path: Path) -> None:
+def test_commit_after_planning_reads_the_newer_commit(
+    spark: Any, state: Path, tmp_path: Path
+) -> None:
     live = _writable_copy(state, tmp_path)
     df = spark.read.format("txstore").option("store", "plain").load(str(live))
     first = df.collect()  # plans the cut; Spark keeps this plan for the DataFrame
     _commit_more(live, 1, 1000)
-    with pytest.raises(Exception, match=r"partition 1 .* committed after the query was planned"):
-        df.collect()  # same plan, moved partition: fails, never a mixed result
-    again = spark.read.format("txstore").option("store", "plain").load(str(live)).collect()
-    assert len(again) == len(first) + 1  # a new DataFrame plans a new cut
+    again = df.collect()  # same plan, moved partition: its newer commit, whole
+    assert sorted(again) == sorted([*first, _row_of(again, "new-key")])
+    assert _row_of(again, "new-key").partition_id == 1
+
+
+def _row_of(rows: list[Any], key: str) -> Any:
+    (row,) = [r for r in rows if r.key == key]
+    return row
 
 
 def test_snapshot_true_reads_the_plan_time_cut(spark: Any, state: Path, tmp_path: Path) -> None:
@@ -544,29 +559,36 @@ def test_snapshot_dir_is_taken_once_then_reused(spark: Any, state: Path, tmp_pat
 
 
 _WRITER = """
-import sys
-from txstore.bytestores.kv import BytesKeyValueStore
-from txstore.engine.partition import Partition
-with Partition(sys.argv[1], sync=False) as p:
-    store = BytesKeyValueStore("state", p)
-    c = 0
-    while True:
-        c += 1
-        store.put_all((b"key%04d" % i, b"%08d" % c) for i in range(40))
-        store.commit(c)
-        if c == 1:
-            print("READY", flush=True)
+import sys, time
+from txstore import Serdes, Stores
+from txstore.runtime.task import Task
+tasks = [Task(path, sync=False) for path in sys.argv[1:]]
+stores = []
+for task in tasks:
+    stores.append(task.key_value_store(Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("state"), Serdes.string(), Serdes.long())))
+    task.initialize()
+c = 0
+while True:
+    c += 1
+    for task, store in zip(tasks, stores):
+        store.put_all((f"key{i:04d}", c) for i in range(40 + c % 7))  # every key = commit
+        for i in range(40 + c % 7, 47):
+            store.delete(f"key{i:04d}")
+        task.commit(input_position=c)
+    if c == 1:
+        print("READY", flush=True)
 """
 
 
-def test_reading_while_a_writer_process_commits(spark: Any, tmp_path: Path) -> None:
-    """A writer process keeps committing (every key = commit number): a read through a
-    plan-time snapshot sees one whole commit; a live read sees one whole commit or fails."""
-    path = tmp_path / "state" / "0"
-    path.parent.mkdir()
+def test_live_reads_while_a_writer_process_commits(spark: Any, tmp_path: Path) -> None:
+    """A writer process commits two partitions through ``Task`` as fast as it can (every key =
+    the commit number). Every live read succeeds and reads each partition at one commit;
+    a read through a plan-time snapshot does too."""
+    paths = [tmp_path / "state" / str(p) for p in range(2)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(path)],
+        [sys.executable, "-c", _WRITER, *map(str, paths)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -574,21 +596,20 @@ def test_reading_while_a_writer_process_commits(spark: Any, tmp_path: Path) -> N
     )
     try:
         child.wait_line(proc, "READY")
-        seen = set()
-        for _ in range(3):
-            df = spark.read.format("txstore").option("store", "state").option("snapshot", "true")
-            values = {bytes(r.value) for r in df.load(str(path.parent)).collect()}
-            assert len(values) == 1
-            seen |= values
-        for _ in range(3):
-            df = spark.read.format("txstore").option("store", "state").load(str(path.parent))
-            try:
-                values = {bytes(r.value) for r in df.collect()}
-            except Exception as exc:
-                assert "committed after the query was planned" in str(exc)
-            else:
-                assert len(values) == 1
-        assert len(seen) > 1, "the writer should have committed between the reads"
+        commits: set[int] = set()
+        for snapshot in ("false", "false", "false", "false", "true"):
+            reader = spark.read.format("txstore").option("store", "state")
+            df = reader.option("snapshot", snapshot).load(str(paths[0].parent))
+            rows = df.collect()
+            for p in (0, 1):
+                values = {r.value for r in rows if r.partition_id == p}
+                keys = {r.key for r in rows if r.partition_id == p}
+                assert len(values) == 1, f"partition {p} mixed commits {sorted(values)}"
+                (c,) = values
+                assert keys == {f"key{i:04d}" for i in range(40 + c % 7)}
+                commits.add(c)
+        assert len(commits) > 2, "the writer should have committed between the reads"
+        assert proc.poll() is None, proc.communicate()
     finally:
         proc.kill()
         proc.communicate()

@@ -233,19 +233,34 @@ def test_bad_bytes_are_clear_errors(tmp_path: Path) -> None:
     assert len(_rows({"path": str(tmp_path), "store": "len", "decode": "false"})) == 1
 
 
-def test_commit_after_planning_fails_the_task(tmp_path: Path) -> None:
-    root = _state(tmp_path / "s")
+def test_commit_after_planning_reads_the_newer_commit_whole(tmp_path: Path) -> None:
+    """A live partition that commits between planning and reading is read at its newer commit
+    (one read transaction: all of it, nothing else); only a changed configuration is refused."""
+    root = _state(tmp_path / "s", partitions=3)
     o = parse_options({"path": str(root), "store": "a"})
     _, spec = resolve(o)
     lay = layout(spec, o)
     schema = to_arrow_schema(lay.schema, timezone="UTC")
     _, tasks = plan(o, spec)
-    with txstore.open(root / "1") as db:  # another store, same partition: still a new cut
+    with txstore.open(root / "1") as db:  # another store, same partition: a new LMDB commit
         db.key_value_store("b", Serdes.integer(), Serdes.json()).put(9, [])
         db.commit({"b": 2})
-    assert sum(b.num_rows for b in read_task(tasks[0], lay, schema, 100)) == 10
-    with pytest.raises(CutMovedError, match=r"partition 1 .* committed after the query"):
-        list(read_task(tasks[1], lay, schema, 100))
+    with txstore.open(root / "2") as db:  # the read store itself: one put, one delete
+        a = db.key_value_store("a", Serdes.string(), Serdes.long())
+        a.put("new", 99)
+        a.delete("k2-0")
+        a.put("staged-only", 1)  # never committed: never read
+        db.commit({"a": 2})
+        a.put("uncommitted", 1)
+        read = [b.to_pylist() for t in tasks for b in read_task(t, lay, schema, 4)]
+    rows = {(r["partition_id"], r["key"]): r["value"] for batch in read for r in batch}
+    assert sum(1 for p, _ in rows if p == 0) == 10 and sum(1 for p, _ in rows if p == 1) == 10
+    in_two = {k: v for (p, k), v in rows.items() if p == 2}
+    assert in_two == {**{f"k2-{i}": i for i in range(1, 10)}, "new": 99, "staged-only": 1}
+    with Partition(root / "0") as part:  # a different configuration: the schema is wrong now
+        part.update_store_meta("a", {**(part.store_meta("a") or {}), "value_serde": "string"})
+    with pytest.raises(CutMovedError, match=r"'a' in partition 0 .* changed its configuration"):
+        list(read_task(tasks[0], lay, schema, 100))
     assert issubclass(CutMovedError, InvalidStateStoreError)
 
 

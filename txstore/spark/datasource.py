@@ -16,24 +16,45 @@ Life of a read, and in which process each step runs:
    nothing to read, Spark still calls ``read`` once with ``InputPartition(None)``; it yields
    nothing.
 
-No filter pushdown is implemented: PySpark fails every read of a reader that implements
-``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled`` is set; use the
-``partitions`` option to prune partitions.
+**Filter pushdown** (:mod:`txstore.spark.pushdown`): PySpark refuses every read of a reader
+that implements ``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled`` is set
+(``DATA_SOURCE_PUSHDOWN_DISABLED``). :func:`txstore.spark.register` and
+:func:`txstore.spark.local_session` set it; a session found by Spark's own discovery may not
+have it. So :meth:`TxStoreDataSource.reader` returns :class:`TxStorePushdownReader` (with
+``pushFilters``) only when it is called by PySpark's pushdown planner
+(``pyspark.sql.worker.data_source_pushdown_filters``, which runs only when the setting is on),
+and the plain :class:`TxStoreReader` otherwise: with the setting off, reads work unfiltered.
 """
 
 from __future__ import annotations
 
+import datetime
+import inspect
 import json
-from collections.abc import Iterator
-from typing import Any
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from txstore.engine.iterators import next_prefix
 from txstore.engine.partition import Partition
-from txstore.errors import InvalidArgumentError
+from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.runtime.snapshot import begin_cut
 from txstore.spark.options import ReadOptions, parse_options
 from txstore.spark.plan import (
@@ -44,6 +65,7 @@ from txstore.spark.plan import (
     plan,
     resolve,
 )
+from txstore.spark.pushdown import MAX_TIME, Pushdown
 from txstore.spark.reader import read_task
 from txstore.spark.schema import ReadLayout, layout, metadata_schema
 
@@ -53,6 +75,7 @@ __all__ = [
     "TxStoreDataSource",
     "TxStoreInputPartition",
     "TxStoreMetadataDataSource",
+    "TxStorePushdownReader",
     "TxStoreReader",
 ]
 
@@ -111,7 +134,24 @@ class TxStoreDataSource(DataSource):
                 f"got {schema.simpleString()}: drop .schema(...) and use the options "
                 "keySchema/valueSchema/decode"
             )
+        if _called_by_pushdown_planner():
+            return TxStorePushdownReader(opts, spec, lay)
         return TxStoreReader(opts, spec, lay)
+
+
+_PUSHDOWN_PLANNER: Final = "data_source_pushdown_filters"
+
+
+def _called_by_pushdown_planner() -> bool:
+    frame = inspect.currentframe()
+    try:
+        caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+        if caller is None:
+            return False
+        where = f"{caller.f_globals.get('__name__', '')} {caller.f_globals.get('__file__', '')}"
+        return _PUSHDOWN_PLANNER in where
+    finally:
+        del frame
 
 
 class TxStoreReader(DataSourceReader):
@@ -122,21 +162,151 @@ class TxStoreReader(DataSourceReader):
         self.spec = spec
         self.layout = layout
         self.planned_source: str | None = None
+        self.pushdown = Pushdown()
 
     def partitions(self) -> list[InputPartition]:
-        source, tasks = plan(self.options, self.spec)
+        source, tasks = plan(self.options, self.spec, self.pushdown)
         self.planned_source = source.path
         return [TxStoreInputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TxStoreInputPartition):
             return iter(())  # Spark's single call for an empty plan: InputPartition(None)
-        return read_task(
-            partition.task,
-            self.layout,
-            _arrow_schema(self.layout.schema),
-            self.options.batch_size,
+        return _short_errors(
+            read_task(
+                partition.task,
+                self.layout,
+                _arrow_schema(self.layout.schema),
+                self.options.batch_size,
+                self.pushdown,
+            )
         )
+
+
+def _short_errors(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, with a txstore error raised from here without the reader's frames: the
+    ``PythonException`` Spark shows is one frame and the line naming the error class."""
+    try:
+        yield from batches
+    except TxStoreError as exc:
+        raise exc.with_traceback(None) from None
+
+
+_FIXED_KEYS: Final = {"integer": struct.Struct(">i"), "long": struct.Struct(">q")}
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+#: A timestamp literal without a time zone is widened by this much each way (Spark's session
+#: time zone is not known here; the filter itself is applied by Spark afterwards anyway).
+_NAIVE_SLACK_MS: Final = 27 * 3_600_000
+
+
+class TxStorePushdownReader(TxStoreReader):
+    """:class:`TxStoreReader` with filter pushdown (see :mod:`txstore.spark.pushdown`).
+
+    Every filter is returned to Spark as still to be evaluated: the pushdown only narrows
+    what is read, so the result is the same with and without it.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for f in filters:
+            self.pushdown = self._push(self.pushdown, f)
+        return filters
+
+    def _serialize_key(self, value: Any) -> bytes | None:
+        serde = self.layout.key.serde if self.options.decode else "bytes"
+        if serde in ("bytes", "binary") or not self.options.decode:
+            return bytes(value) if isinstance(value, bytes | bytearray) else None
+        if serde == "string":
+            return value.encode("utf-8") if isinstance(value, str) else None
+        fixed = _FIXED_KEYS.get(serde)
+        if fixed is not None and isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return fixed.pack(value)
+            except struct.error:
+                return None
+        return None
+
+    def _ordered_keys(self) -> bool:
+        """Whether serialized keys sort as Spark compares the key column (binary order)."""
+        return not self.options.decode or self.layout.key.serde in ("string", "bytes")
+
+    def _push(self, p: Pushdown, f: Filter) -> Pushdown:
+        column = f.attribute if hasattr(f, "attribute") else ()
+        value: Any = getattr(f, "value", None)
+        if column == ("partition_id",):
+            return _push_partition(p, f, value)
+        if column == ("key",):
+            if isinstance(f, EqualTo | In):
+                values = list(value) if isinstance(f, In) else [value]
+                keys = [self._serialize_key(v) for v in values]
+                if any(k is None for k in keys):
+                    return p
+                return p.with_keys(tuple(k for k in keys if k is not None))
+            if not self._ordered_keys():
+                return p
+            if isinstance(f, StringStartsWith) and isinstance(value, str):
+                prefix = value.encode("utf-8")
+                p = p.with_bound(True, prefix, True)
+                nxt = next_prefix(prefix)
+                return p if nxt is None else p.with_bound(False, nxt, False)
+            bound = self._serialize_key(value)
+            if bound is None:
+                return p
+            if isinstance(f, GreaterThan | GreaterThanOrEqual):
+                return p.with_bound(True, bound, isinstance(f, GreaterThanOrEqual))
+            if isinstance(f, LessThan | LessThanOrEqual):
+                return p.with_bound(False, bound, isinstance(f, LessThanOrEqual))
+            return p
+        if self.spec.kind == "window" and column in (("window", "start"), ("window", "end")):
+            shift = self.spec.window_size or 0 if column[1] == "end" else 0
+            return _push_start(p, f, value, shift)
+        return p
+
+
+def _push_partition(p: Pushdown, f: Filter, value: Any) -> Pushdown:
+    values = list(value) if isinstance(f, In) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return p
+    if isinstance(f, EqualTo | In):
+        return p.with_partitions(frozenset(values))
+    bound = values[0]
+    lo, hi = 0, 2**31 - 1
+    if isinstance(f, GreaterThan):
+        lo = bound + 1
+    elif isinstance(f, GreaterThanOrEqual):
+        lo = bound
+    elif isinstance(f, LessThan):
+        hi = bound - 1
+    elif isinstance(f, LessThanOrEqual):
+        hi = bound
+    else:
+        return p
+    return p.with_partitions(frozenset(n for n in range(max(lo, 0), min(hi, 1 << 16) + 1)))
+
+
+def _millis(value: Any) -> tuple[int, int] | None:
+    """A timestamp literal as the smallest and largest epoch millisecond it may mean."""
+    if not isinstance(value, datetime.datetime):
+        return None
+    if value.tzinfo is None:
+        ms = (value.replace(tzinfo=datetime.UTC) - _EPOCH) // datetime.timedelta(milliseconds=1)
+        return ms - _NAIVE_SLACK_MS, ms + _NAIVE_SLACK_MS
+    ms = (value - _EPOCH) // datetime.timedelta(milliseconds=1)
+    return ms, ms + 1  # microseconds below the millisecond
+
+
+def _push_start(p: Pushdown, f: Filter, value: Any, shift: int) -> Pushdown:
+    """``window.start`` (shift 0) or ``window.end`` (= start + ``shift``) filters."""
+    span = _millis(value)
+    if span is None:
+        return p
+    lo, hi = span[0] - shift, span[1] - shift
+    if isinstance(f, EqualTo):
+        return p.with_starts(lo, hi)
+    if isinstance(f, GreaterThan | GreaterThanOrEqual):
+        return p.with_starts(lo, MAX_TIME)
+    if isinstance(f, LessThan | LessThanOrEqual):
+        return p.with_starts(0, hi)
+    return p
 
 
 # -- metadata ----------------------------------------------------------------------------------

@@ -8,11 +8,12 @@ option             meaning
 ``partitions``     partition numbers to read: ``"0,2,5-7"`` (default: all)
 ``decode``         ``true`` (default): keys and values decoded by the store's serdes;
                    ``false``: left as ``binary``
-``snapshot``       live sources only. ``false`` (default): read the live environments,
-                   failing if a partition commits between planning and reading; ``true``:
-                   copy a snapshot at planning time into Spark's local directory and read it;
-                   an absolute directory: read the snapshot there, taking it first if the
-                   directory does not exist yet
+``snapshot``       live sources only. ``false`` (default): read the live environments, each
+                   partition at one commit (the planned one, or a later one if it committed
+                   since: :mod:`txstore.spark.plan`); ``true``: copy a snapshot at planning
+                   time into Spark's local directory and read exactly that cut; an absolute
+                   directory: read the snapshot there, taking it first if the directory does
+                   not exist yet (its parent must exist)
 ``keySchema``      Spark schema (DDL such as ``"id BIGINT, tags ARRAY<STRING>"``, or JSON) of
                    keys serialized as JSON or by a registered custom serde
 ``valueSchema``    the same for values

@@ -12,14 +12,22 @@ executor inside an ``InputPartition``.
   file size) and reads it.
 * A *live* state directory: at planning, each partition is opened read-only and one LMDB read
   transaction records the cut (its transaction id, the store's committed offset and metadata).
-  The task opens the partition read-only (after Spark's fork), begins one read transaction and
-  reads only if it has the *same LMDB transaction id*: then it sees byte for byte the planned
-  state. Any commit in between (including one that keeps the offset, or a non-transactional
-  write, which offsets cannot reveal) makes the task fail with :class:`CutMovedError` instead
-  of returning rows from another cut. Re-running the query plans a new cut.
+  The task opens the partition read-only (after Spark's fork) and reads it in *one* read
+  transaction (LMDB MVCC: a reader sees one committed transaction, whole, whatever the writer
+  does meanwhile; it never blocks the writer nor sees its uncommitted pages). When that
+  transaction is the planned one, the task reads byte for byte the planned state. When the
+  partition committed since planning, the task reads its newer commit instead: a later cut of
+  that partition, whole. This is still one consistent cut of the store: a txstore ``Task`` owns
+  one partition and partitions commit independently (as Kafka tasks do), so planning itself
+  cuts them one after another; a partition cut a little later is a cut planning could have
+  taken. A live read is therefore never refused because a writer commits; only a change of the
+  store's configuration in between (a different format: the planned schema would be wrong)
+  raises :class:`CutMovedError`. The limit: a query that reads one live partition *twice* (a
+  self-join of one DataFrame, a recomputed stage) may read two commits of it.
 * ``snapshot=true`` or ``snapshot=<dir>`` takes a snapshot of the live directory at planning
-  (:func:`txstore.runtime.snapshot.snapshot_state_dir`) and plans on it, so writers may keep
-  committing.
+  (:func:`txstore.runtime.snapshot.snapshot_state_dir`) and plans on it: every task, and every
+  re-read of the same DataFrame, reads exactly the plan-time cut, at the cost of one compacting
+  copy of the store's partitions per planning.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from txstore.codecs import ValueFormat
+from txstore.engine.iterators import KeyRange
 from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, InvalidStateStoreError, StorageError
 from txstore.runtime.snapshot import (
@@ -48,6 +57,7 @@ from txstore.runtime.snapshot import (
 )
 from txstore.runtime.statedir import partition_dirs
 from txstore.spark.options import ReadOptions
+from txstore.spark.pushdown import Pushdown
 
 __all__ = [
     "CutMovedError",
@@ -87,8 +97,8 @@ SUPPORTED_FORMAT_VERSIONS: Final = frozenset({1})
 
 
 class CutMovedError(InvalidStateStoreError):
-    """A live partition committed between planning and reading: its rows would not belong to
-    the planned cut. Re-run the query, or read a snapshot (option ``snapshot``)."""
+    """A store's configuration changed between planning and reading a live partition: its
+    rows no longer fit the planned schema. Create the DataFrame again."""
 
 
 class SnapshotMismatchError(StorageError):
@@ -239,14 +249,8 @@ def resolve(options: ReadOptions) -> tuple[Source, StoreSpec]:
     if snap_dir is not None and is_snapshot(snap_dir):
         _check_snapshot_source(read_manifest(snap_dir), source)
         source = open_source(snap_dir)
-    elif (
-        snap_dir is not None
-        and os.path.exists(snap_dir)
-        and (not os.path.isdir(snap_dir) or os.listdir(snap_dir))
-    ):
-        raise InvalidArgumentError(
-            f"option snapshot: {snap_dir!r} exists and is neither a snapshot nor an empty directory"
-        )
+    elif snap_dir is not None:
+        _check_snapshot_dest(snap_dir, source)
     selected = dict(source.partitions)
     if options.partitions is not None:
         missing = sorted(options.partitions - set(selected))
@@ -294,6 +298,33 @@ def resolve(options: ReadOptions) -> tuple[Source, StoreSpec]:
     return source, dataclasses.replace(spec, partitions=tuple(sorted(by_partition)))
 
 
+def _check_snapshot_dest(snap_dir: str, source: Source) -> None:
+    """Refuse, at ``load()``, a ``snapshot`` directory that planning could not create."""
+    if os.path.exists(snap_dir):
+        if not os.path.isdir(snap_dir) or os.listdir(snap_dir):
+            raise InvalidArgumentError(
+                f"option snapshot: {snap_dir!r} exists and is neither a snapshot nor an empty "
+                "directory"
+            )
+        return
+    parent = os.path.dirname(snap_dir)
+    if not os.path.isdir(parent):
+        raise InvalidArgumentError(
+            f"option snapshot: the parent directory of {snap_dir!r} does not exist "
+            "(the snapshot is created there, its parent is not)"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(
+            f"option snapshot: cannot create {snap_dir!r}: {parent!r} is not writable"
+        )
+    real, src = os.path.realpath(snap_dir), os.path.realpath(source.path)
+    if real == src or real.startswith(src + os.sep):
+        raise InvalidArgumentError(
+            f"option snapshot: {snap_dir!r} is inside the source {source.path!r}; choose a "
+            "directory outside it"
+        )
+
+
 #: Metadata fields that say where a store keeps its data, not what it holds: they may differ
 #: between partitions (a lazy upgrade progresses per partition) without changing the schema.
 _LOCATION_FIELDS: Final = ("db", "legacy")
@@ -337,14 +368,25 @@ def _snapshot_root() -> str:
     return str(root / uuid.uuid4().hex)
 
 
-def plan(options: ReadOptions, spec: StoreSpec) -> tuple[Source, list[ReadTask]]:
+def plan(
+    options: ReadOptions, spec: StoreSpec, pushdown: Pushdown | None = None
+) -> tuple[Source, list[ReadTask]]:
     """Take the cut of ``spec``'s store and make one task per partition holding it.
 
     Live sources: one read transaction per partition, now (or a snapshot of them, with the
     ``snapshot`` option). Raises if the store's metadata changed since :func:`resolve`.
+    ``pushdown`` drops partitions that cannot match: by number, and for key lookups in a
+    key-value store, partitions whose cut holds none of the keys (a point read each).
     """
+    pushdown = pushdown or Pushdown()
     source = open_source(options.path)
-    wanted = [n for n in source.partitions if options.partitions is None or n in options.partitions]
+    wanted = [
+        n
+        for n in source.partitions
+        if (options.partitions is None or n in options.partitions) and pushdown.allows_partition(n)
+    ]
+    if pushdown.empty:
+        return source, []
     if not source.is_snapshot and options.snapshot != "false":
         dest = options.snapshot_dir
         if dest is None:
@@ -380,11 +422,23 @@ def plan(options: ReadOptions, spec: StoreSpec) -> tuple[Source, list[ReadTask]]
         path = source.partitions[number]
         with Partition(path, readonly=True) as p:
             snap, cut = begin_cut(p, number=number, path=path)
-            snap.close()
-        task = _task(cut, path, spec, False, source)
+            try:
+                task = _task(cut, path, spec, False, source)
+                if task is not None and not _holds_a_key(p, snap, task, pushdown):
+                    task = None
+            finally:
+                snap.close()
         if task is not None:
             tasks.append(task)
     return source, tasks
+
+
+def _holds_a_key(partition: Partition, snap: Any, task: ReadTask, pushdown: Pushdown) -> bool:
+    """False when a key lookup cannot match in this cut of a plain key-value store."""
+    if pushdown.keys is None or task.meta.get("kind") != "key_value" or "db" in task.meta:
+        return True
+    source = snap.source(partition.db_name(task.store))
+    return any(source.read_chunk(KeyRange(k, k), False, 1)[0] for k in pushdown.keys)
 
 
 def _task(
@@ -412,8 +466,14 @@ def _task(
     )
 
 
-def check_cut(task: ReadTask, cut: PartitionCut) -> None:
-    """Fail unless ``cut`` (what a task sees now) is the cut ``task`` was planned at."""
+def check_cut(task: ReadTask, cut: PartitionCut) -> ReadTask:
+    """The task to read in ``cut`` (what the task's read transaction sees now).
+
+    Snapshots: ``task`` itself, or :class:`SnapshotMismatchError` unless ``cut`` is exactly the
+    planned one. Live partitions: ``task`` when nothing committed since planning, else ``task``
+    moved to the newer commit ``cut``; :class:`CutMovedError` only if the store's configuration
+    changed (its rows would not fit the planned schema).
+    """
     now = cut.stores.get(task.store)
     if task.snapshot:
         size = os.path.getsize(os.path.join(task.path, "data", "data.mdb"))
@@ -431,16 +491,24 @@ def check_cut(task: ReadTask, cut: PartitionCut) -> None:
                 f"{_describe(now)}, {size} bytes): the snapshot was modified or mixed with "
                 "another one"
             )
-        return
-    if cut.lmdb_txnid != task.lmdb_txnid:
+        return task
+    if cut.lmdb_txnid == task.lmdb_txnid:
+        return task
+    if now is None or _meta_key(now.meta) != _meta_key(task.meta):
         raise CutMovedError(
-            f"partition {task.partition} at {task.path!r} committed after the query was planned "
-            f"(LMDB transaction {task.lmdb_txnid} -> {cut.lmdb_txnid}; store {task.store!r} "
-            f"committed offset {task.committed_offset} -> "
-            f"{now.committed_offset if now is not None else None}): reading it now would mix "
-            "two cuts. Re-run the query to read the new state, or read a consistent copy with "
-            'option("snapshot", "true") or a snapshot from `txstore snapshot`'
+            f"store {task.store!r} in partition {task.partition} at {task.path!r} changed its "
+            f"configuration after the query was planned ({dict(task.meta)!r} -> "
+            f"{dict(now.meta) if now is not None else 'no such store'!r}): its rows no longer "
+            "fit the planned schema. Create the DataFrame again"
         )
+    # The partition committed since planning: read its newer commit, whole (see the module doc).
+    return dataclasses.replace(
+        task,
+        lmdb_txnid=cut.lmdb_txnid,
+        committed_offset=now.committed_offset,
+        entries=now.entries,
+        meta=dict(now.meta),
+    )
 
 
 def _describe(cut: Any) -> str:

@@ -2,7 +2,8 @@
 
 :func:`read_task` opens the partition read-only *inside the calling process* (PySpark's daemon
 forks its workers, and an LMDB environment must be opened after a fork), begins one read
-transaction, checks it against the plan (:func:`txstore.spark.plan.check_cut`), scans the
+transaction, checks it against the plan (:func:`txstore.spark.plan.check_cut`: the planned
+commit, or a later whole commit of a live partition), scans the
 store in key order in chunks of ``batch_size`` rows and turns each chunk into one
 ``pyarrow.RecordBatch`` of exactly the declared schema. The environment and the transaction
 are released in ``finally``, also when Spark stops consuming early.
@@ -35,9 +36,10 @@ from txstore.engine.base import Snapshot
 from txstore.engine.iterators import KeyRange
 from txstore.engine.partition import Partition
 from txstore.errors import SerializationError, TxStoreError
-from txstore.runtime.catalog import open_view
+from txstore.runtime.catalog import StoreView, open_view
 from txstore.runtime.snapshot import begin_cut
 from txstore.spark.plan import ReadTask, check_cut
+from txstore.spark.pushdown import MAX_TIME, Pushdown
 from txstore.spark.schema import ColumnDecoder, ReadLayout
 from txstore.stores.serdes import serde_by_name
 
@@ -202,10 +204,7 @@ class BatchBuilder:
             if self.layout.has_timestamp:
                 columns["timestamp"] = _timestamps(_int64s(vcols.timestamps))
             if self.layout.has_headers:
-                columns["headers"] = pa.array(
-                    [[tuple(h) for h in decode_headers(hb)] if hb else [] for hb in vcols.headers],
-                    self.schema.field("headers").type,
-                )
+                columns["headers"] = _headers(vcols.headers, self.schema.field("headers").type)
         columns["value"] = self.decode(self.layout.value, values, self.value_type, "value")
         columns["partition_id"] = pa.repeat(self.partition_id, n)
         return pa.RecordBatch.from_arrays(
@@ -218,6 +217,20 @@ class BatchBuilder:
             [_timestamps(starts, nulls=False), _timestamps(ends, nulls=False)],
             fields=list(wtype),
         )
+
+
+def _headers(raws: Raws, atype: pa.DataType) -> pa.Array:
+    """The headers column: the serialized headers are dictionary-encoded by Arrow, each distinct
+    value is decoded once (records of a store mostly share a few), then taken by index."""
+    encoded = pc.dictionary_encode(_binary(raws))
+    distinct = pa.array(
+        [
+            [tuple(h) for h in decode_headers(raw)] if raw else []
+            for raw in encoded.dictionary.to_pylist()
+        ],
+        atype,
+    )
+    return distinct.take(encoded.indices)
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -240,7 +253,7 @@ def _timestamps(millis: Sequence[int] | pa.Array, *, nulls: bool = True) -> pa.A
 
 
 def _store_chunks(
-    partition: Partition, snap: Snapshot, task: ReadTask, n: int
+    partition: Partition, snap: Snapshot, task: ReadTask, n: int, pushdown: Pushdown
 ) -> Generator[list[Any], None, None]:
     """The committed rows of the task's store in ``snap``, ``n`` at a time: store keys and
     values in the store's format.
@@ -254,7 +267,13 @@ def _store_chunks(
     meta = task.meta
     if meta.get("kind") == "key_value" and "db" not in meta:
         source = snap.source(partition.db_name(task.store))
-        rng = KeyRange()
+        if pushdown.keys is not None:  # point reads
+            found = [source.read_chunk(KeyRange(k, k), False, 1)[0] for k in pushdown.keys]
+            rows = [r for rs in found for r in rs if pushdown.key_matches(r[0])]
+            for i in range(0, len(rows), n):
+                yield rows[i : i + n]
+            return
+        rng = pushdown.key_range()
         while True:
             rows, frontier = source.read_chunk(rng, False, n)
             if rows:
@@ -262,7 +281,7 @@ def _store_chunks(
             if frontier is None:
                 return
             rng = rng.after(frontier, False)
-    with open_view(partition, task.store, snap, meta) as view, view.rows() as it:
+    with open_view(partition, task.store, snap, meta) as view, _rows(view, pushdown) as it:
         while True:
             rows = list(islice(it, n))
             if not rows:
@@ -270,17 +289,34 @@ def _store_chunks(
             yield rows
 
 
+def _rows(view: StoreView, pushdown: Pushdown) -> Any:
+    """The rows of a window, session or upgraded key-value store that ``pushdown`` lets
+    through (more, never fewer: Spark applies the filters again)."""
+    if view.kind == "key_value" or not pushdown.narrows:
+        return view.rows()
+    times = (pushdown.start_from, pushdown.start_to) if view.kind == "window" else (0, MAX_TIME)
+    if pushdown.keys is not None and len(pushdown.keys) == 1:
+        (key,) = pushdown.keys
+        return view.view.fetch(key, key, *times, single_key=view.kind == "window")
+    rng = pushdown.key_range()
+    return view.view.fetch(rng.lo, rng.hi, *times)
+
+
 def read_task(
-    task: ReadTask, layout: ReadLayout, schema: pa.Schema, batch_size: int
+    task: ReadTask,
+    layout: ReadLayout,
+    schema: pa.Schema,
+    batch_size: int,
+    pushdown: Pushdown | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of ``task`` as record batches of ``schema`` (see the module docstring)."""
     partition = Partition(task.path, readonly=True)
     try:
         snap, cut = begin_cut(partition, number=task.partition, path=task.path)
         try:
-            check_cut(task, cut)
+            task = check_cut(task, cut)
             builder = BatchBuilder(layout, schema, task)
-            chunks = _store_chunks(partition, snap, task, batch_size)
+            chunks = _store_chunks(partition, snap, task, batch_size, pushdown or Pushdown())
             try:
                 while True:
                     # A chunk allocates two bytes objects and a tuple per row, all garbage
