@@ -46,6 +46,8 @@ from txstore.spark.plan import (
 )
 from txstore.spark.reader import read_task
 from txstore.spark.schema import ReadLayout, layout, metadata_schema
+from txstore.spark.sink import TxStoreBatchWriter, TxStoreStreamWriter
+from txstore.spark.write_plan import plan_write
 
 __all__ = [
     "METADATA_SOURCE_NAME",
@@ -112,6 +114,17 @@ class TxStoreDataSource(DataSource):
                 "keySchema/valueSchema/decode"
             )
         return TxStoreReader(opts, spec, lay)
+
+    # -- writing (txstore.spark.sink) ---------------------------------------------------------
+
+    def writer(self, schema: StructType, overwrite: bool) -> TxStoreBatchWriter:
+        """``df.write.format("txstore")``: checked and planned here, before any task runs."""
+        return TxStoreBatchWriter(plan_write(dict(self.options), schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TxStoreStreamWriter:
+        """``writeStream.format("txstore")``: micro-batch ``b`` commits as input position
+        ``b + 1``; a replayed batch is applied once."""
+        return TxStoreStreamWriter(plan_write(dict(self.options), schema, overwrite))
 
 
 class TxStoreReader(DataSourceReader):
