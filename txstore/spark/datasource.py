@@ -28,13 +28,24 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError
 from txstore.runtime.snapshot import begin_cut
+from txstore.spark.changefeed import (
+    ChangeFeedBatchReader,
+    ChangeFeedStreamReader,
+    change_feed,
+    is_change_feed,
+)
 from txstore.spark.options import ReadOptions, parse_options
 from txstore.spark.plan import (
     ReadTask,
@@ -103,9 +114,13 @@ class TxStoreDataSource(DataSource):
         return self._resolved
 
     def schema(self) -> StructType:
+        if is_change_feed(self.options):  # the change feed's columns (txstore.spark.changefeed)
+            return change_feed(dict(self.options)).schema
         return self._resolve()[2].schema
 
-    def reader(self, schema: StructType) -> TxStoreReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if is_change_feed(self.options):
+            return ChangeFeedBatchReader(change_feed(dict(self.options)))
         opts, spec, lay = self._resolve()
         if schema != lay.schema:
             raise InvalidArgumentError(
@@ -114,6 +129,16 @@ class TxStoreDataSource(DataSource):
                 "keySchema/valueSchema/decode"
             )
         return TxStoreReader(opts, spec, lay)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("txstore").option("readChangeFeed", "true")``: the
+        change feed of the store (:mod:`txstore.spark.changefeed`)."""
+        if not is_change_feed(self.options):
+            raise InvalidArgumentError(
+                'a stream of a txstore store is its change feed: add .option("readChangeFeed", '
+                '"true") (columns: those of a read, plus operation and offset)'
+            )
+        return ChangeFeedStreamReader(change_feed(dict(self.options)))
 
     # -- writing (txstore.spark.sink) ---------------------------------------------------------
 
