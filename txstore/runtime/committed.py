@@ -44,7 +44,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from txstore import codecs
 from txstore.changelog.coordination import (
@@ -70,6 +70,7 @@ __all__ = [
     "CommittedState",
     "committed_state",
     "open_committed",
+    "open_served",
     "replay_tail",
 ]
 
@@ -300,3 +301,14 @@ def open_committed(
         served[0].close()
         raise
     return served[0], state
+
+
+def open_served(
+    path: str | os.PathLike[str], *, verify: str | None = None, max_dbs: int | None = None
+) -> Partition:
+    """The partition :func:`open_committed` serves, typed as the
+    :class:`~txstore.engine.partition.Partition` whose surface it offers (a
+    :class:`~txstore.engine.replayed.ReplayedPartition` delegates the rest): for readers that
+    need no :class:`CommittedState`. The caller closes it."""
+    served, _ = open_committed(path, verify=verify, max_dbs=max_dbs)
+    return cast(Partition, served)

@@ -39,6 +39,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -53,9 +54,15 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from txstore.engine.iterators import next_prefix
-from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, TxStoreError
+from txstore.runtime.committed import open_served
 from txstore.runtime.snapshot import begin_cut
+from txstore.spark.changefeed import (
+    ChangeFeedBatchReader,
+    ChangeFeedStreamReader,
+    change_feed,
+    is_change_feed,
+)
 from txstore.spark.options import ReadOptions, parse_options
 from txstore.spark.plan import (
     ReadTask,
@@ -68,6 +75,8 @@ from txstore.spark.plan import (
 from txstore.spark.pushdown import MAX_TIME, Pushdown
 from txstore.spark.reader import read_task
 from txstore.spark.schema import ReadLayout, layout, metadata_schema
+from txstore.spark.sink import TxStoreBatchWriter, TxStoreStreamWriter
+from txstore.spark.write_plan import plan_write
 
 __all__ = [
     "METADATA_SOURCE_NAME",
@@ -124,9 +133,13 @@ class TxStoreDataSource(DataSource):
         return self._resolved
 
     def schema(self) -> StructType:
+        if is_change_feed(self.options):  # the change feed's columns (txstore.spark.changefeed)
+            return change_feed(dict(self.options)).schema
         return self._resolve()[2].schema
 
-    def reader(self, schema: StructType) -> TxStoreReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if is_change_feed(self.options):
+            return ChangeFeedBatchReader(change_feed(dict(self.options)))
         opts, spec, lay = self._resolve()
         if schema != lay.schema:
             raise InvalidArgumentError(
@@ -137,6 +150,27 @@ class TxStoreDataSource(DataSource):
         if _called_by_pushdown_planner():
             return TxStorePushdownReader(opts, spec, lay)
         return TxStoreReader(opts, spec, lay)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("txstore").option("readChangeFeed", "true")``: the
+        change feed of the store (:mod:`txstore.spark.changefeed`)."""
+        if not is_change_feed(self.options):
+            raise InvalidArgumentError(
+                'a stream of a txstore store is its change feed: add .option("readChangeFeed", '
+                '"true") (columns: those of a read, plus operation and offset)'
+            )
+        return ChangeFeedStreamReader(change_feed(dict(self.options)))
+
+    # -- writing (txstore.spark.sink) ---------------------------------------------------------
+
+    def writer(self, schema: StructType, overwrite: bool) -> TxStoreBatchWriter:
+        """``df.write.format("txstore")``: checked and planned here, before any task runs."""
+        return TxStoreBatchWriter(plan_write(dict(self.options), schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TxStoreStreamWriter:
+        """``writeStream.format("txstore")``: micro-batch ``b`` commits as input position
+        ``b + 1``; a replayed batch is applied once."""
+        return TxStoreStreamWriter(plan_write(dict(self.options), schema, overwrite))
 
 
 _PUSHDOWN_PLANNER: Final = "data_source_pushdown_filters"
@@ -401,7 +435,7 @@ def metadata_rows(source: Source) -> list[dict[str, Any]]:
                 add(cut.partition, name, dict(sc.meta), sc.committed_offset, sc.entries)
     else:
         for number, path in source.partitions.items():
-            with Partition(path, readonly=True) as p:
+            with open_served(path) as p:
                 snap, cut = begin_cut(p, number=number, path=path)
                 snap.close()
             for name, sc in sorted(cut.stores.items()):

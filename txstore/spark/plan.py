@@ -46,6 +46,7 @@ from txstore.codecs import ValueFormat
 from txstore.engine.iterators import KeyRange
 from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, InvalidStateStoreError, StorageError
+from txstore.runtime.committed import open_served
 from txstore.runtime.snapshot import (
     Manifest,
     PartitionCut,
@@ -156,7 +157,7 @@ def store_metas(source: Source) -> dict[str, dict[int, dict[str, Any]]]:
                 out.setdefault(name, {})[cut.partition] = dict(sc.meta)
         return out
     for number, path in source.partitions.items():
-        with Partition(path, readonly=True) as p:
+        with open_served(path) as p:
             for name in p.store_names():
                 meta = p.store_meta(name)
                 if meta is not None:
@@ -420,7 +421,7 @@ def plan(
         return source, tasks
     for number in wanted:
         path = source.partitions[number]
-        with Partition(path, readonly=True) as p:
+        with open_served(path) as p:
             snap, cut = begin_cut(p, number=number, path=path)
             try:
                 task = _task(cut, path, spec, False, source)

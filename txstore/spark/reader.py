@@ -37,6 +37,7 @@ from txstore.engine.iterators import KeyRange
 from txstore.engine.partition import Partition
 from txstore.errors import SerializationError, TxStoreError
 from txstore.runtime.catalog import StoreView, open_view
+from txstore.runtime.committed import open_served
 from txstore.runtime.snapshot import begin_cut
 from txstore.spark.plan import ReadTask, check_cut
 from txstore.spark.pushdown import MAX_TIME, Pushdown
@@ -310,7 +311,7 @@ def read_task(
     pushdown: Pushdown | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of ``task`` as record batches of ``schema`` (see the module docstring)."""
-    partition = Partition(task.path, readonly=True)
+    partition = open_served(task.path)  # committed: a tail a dead writer left is replayed
     try:
         snap, cut = begin_cut(partition, number=task.partition, path=task.path)
         try:
