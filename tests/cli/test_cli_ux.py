@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,8 @@ def _cached_venv(tmp_path: Path) -> Path:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    deps = ["lmdb", "sortedcontainers", "cffi", "click", "rich"]
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]  # the core, as pyproject declares it
     subprocess.run([*pip, *deps], check=True, capture_output=True, timeout=600)
     subprocess.run([*pip, "--no-deps", "-e", str(ROOT)], check=True, capture_output=True,
                    timeout=600)  # fmt: skip
@@ -331,10 +333,14 @@ class _FakeSpark:
     def __init__(self, fail: bool) -> None:
         self.fail = fail
         self.dataSource = self
+        self.conf = self
         self.read = self
         self.write = _FakeWriter(fail)
 
     def register(self, source: Any) -> None:
+        pass
+
+    def set(self, key: str, value: str) -> None:  # spark.conf.set
         pass
 
     def format(self, fmt: str) -> _FakeSpark:
