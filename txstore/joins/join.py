@@ -1,0 +1,497 @@
+"""Windowed stream-stream joins inside a :class:`~txstore.Task`: inner, left, outer and self.
+
+The model is Kafka Streams' ``KStreamKStreamJoin`` (and ``KStreamKStreamSelfJoin``), with the
+buffers the WindowStoreWithHeaders proposal designs for it. A :class:`StreamJoin` opens its
+stores in a task (before :meth:`~txstore.Task.initialize`), all change-logged and committed
+with the task:
+
+=====================  ===========================================================================
+store                  what it holds
+=====================  ===========================================================================
+``<name>-left``        the left records: a plain window store with headers
+``<name>-right``       (``PLAIN_HEADERS``, ``[headersSize][headers][value]``), retaining
+                       duplicates, window start = record time (``<name>-buffer`` for a self-join)
+``<name>-outer``       left and outer joins: the records that have not joined yet, by
+                       ``[time][side][key]`` (KIP-633's shared outer-join store)
+``<name>-state``       stream time and the dropped-record counters
+``<name>-out``         the outputs of :meth:`StreamJoin.process_batch`, by input position
+=====================  ===========================================================================
+
+**Semantics** (docs/joins.md has a worked example). Stream time is the largest timestamp of
+the records processed so far, both sides together. A record with a null key or value is
+dropped (counted in :attr:`StreamJoin.dropped_null`, as Kafka's "Skipping record due to null
+key or value"). A left record at ``t`` has its window open until stream time passes ``t +
+after + grace`` (a right record: ``t + before + grace``); a record that arrives with its window
+already closed is late, dropped and counted (:attr:`StreamJoin.dropped_late`). Otherwise:
+
+1. stream time advances; on left and outer joins every waiting record whose window closed is
+   emitted as unmatched (``joiner(key, left, None)`` or ``joiner(key, None, right)``, at its own
+   timestamp), oldest first: exactly when stream time passes its window's end plus grace, never
+   early and never later (no wall-clock throttle);
+2. the record joins every buffered record of the other side with the same key, in its time
+   range and whose own window is still open (output timestamp: the larger of the two), in
+   window-store order (time, then arrival);
+3. a record that joined nothing waits in ``<name>-outer`` (left records of left joins, both
+   sides of outer joins); it is put into its side's buffer.
+
+The joiner gets the key and both sides as :class:`~txstore.types.ValueAndHeaders` (value and
+headers), ``None`` for a missing side.
+
+**Exactly once.** State, outputs and the input position commit in one task commit:
+:meth:`StreamJoin.process_batch` writes its outputs to ``<name>-out`` under the batch's input
+position and returns them; a batch at or below the task's committed input position is a replay,
+and gets the outputs recorded for it, without processing anything again.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
+
+from txstore import Serde, Serdes, Stores, Task
+from txstore.codecs import ValueFormat
+from txstore.errors import InvalidArgumentError, InvalidTypeError
+from txstore.joins.windows import JoinWindows
+from txstore.stores.builders import window_supplier
+from txstore.stores.formats import value_codec
+from txstore.types import Headers, ValueAndHeaders
+
+__all__ = [
+    "JoinKind",
+    "JoinRecord",
+    "JoinedRecord",
+    "Joiner",
+    "StreamJoin",
+    "default_joiner",
+    "left",
+    "right",
+]
+
+K = TypeVar("K")
+R = TypeVar("R")
+
+JoinKind = Literal["inner", "left", "outer", "self"]
+#: ``joiner(key, left, right)``: the output value of a join result (``None`` for a side that
+#: has no record: unmatched records of left and outer joins).
+Joiner = Callable[[Any, ValueAndHeaders[Any] | None, ValueAndHeaders[Any] | None], Any]
+
+_OUTER_KEY = struct.Struct(">qB")  # [time][side] then the serialized key
+_OUT_KEY = struct.Struct(">qI")  # [input position][n]
+_OUT_HEAD = struct.Struct(">qBI")  # output record: [timestamp][has value][key length]
+_LEN = struct.Struct(">I")
+_LEFT, _RIGHT = 0, 1
+
+
+class JoinRecord(NamedTuple):
+    """An input record: ``side`` is ``"left"`` or ``"right"`` (ignored by a self-join)."""
+
+    side: str
+    key: Any
+    value: Any
+    timestamp: int
+    headers: Any = None
+
+
+class JoinedRecord(NamedTuple):
+    """An output record: the key, the joiner's value, and the timestamp (the larger of the
+    two joined records', or an unmatched record's own)."""
+
+    key: Any
+    value: Any
+    timestamp: int
+
+
+def left(key: Any, value: Any, timestamp: int, headers: Any = None) -> JoinRecord:
+    """A left input record."""
+    return JoinRecord("left", key, value, timestamp, headers)
+
+
+def right(key: Any, value: Any, timestamp: int, headers: Any = None) -> JoinRecord:
+    """A right input record."""
+    return JoinRecord("right", key, value, timestamp, headers)
+
+
+def default_joiner(
+    key: Any, left: ValueAndHeaders[Any] | None, right: ValueAndHeaders[Any] | None
+) -> list[Any]:
+    """``[left value, right value]``, ``None`` for a missing side."""
+    return [None if left is None else left.value, None if right is None else right.value]
+
+
+class StreamJoin(Generic[K, R]):
+    """A windowed join of two keyed streams (or a stream with itself) in ``task``.
+
+    ``StreamJoin(task, name, windows, kind="inner", *, key_serde, left_serde, right_serde,
+    output_serde, joiner, persistent=True, buffer_format=PLAIN_HEADERS)`` opens the join's
+    stores in ``task`` (call before ``task.initialize()``; the module docstring lists them).
+    ``kind`` is ``"inner"``, ``"left"``, ``"outer"`` or ``"self"`` (a stream joined with itself,
+    inner, one buffer). ``buffer_format`` is the format of persistent buffers' bytes: the
+    default ``PLAIN_HEADERS``, or ``HEADERS`` (what Kafka's join used before the proposal: the
+    buffers then go through an adapter). Buffers that already hold ``HEADERS`` or ``PLAIN``
+    data upgrade lazily when opened with the default.
+
+    >>> import tempfile
+    >>> from txstore import Task
+    >>> with Task(tempfile.mkdtemp()) as task:
+    ...     join = StreamJoin(task, "j", JoinWindows.of_time_difference_and_grace(10, 0), "left")
+    ...     report = task.initialize()
+    ...     out = join.process_batch([left("a", 1, 100), right("a", 2, 105), left("b", 3, 106),
+    ...                               left("c", 4, 200)], input_position=1)
+    ...     task.commit(1)
+    >>> [tuple(r) for r in out]
+    [('a', [1, 2], 105), ('b', [3, None], 106)]
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        name: str,
+        windows: JoinWindows,
+        kind: JoinKind = "inner",
+        *,
+        key_serde: Serde[K] | None = None,
+        left_serde: Serde[Any] | None = None,
+        right_serde: Serde[Any] | None = None,
+        output_serde: Serde[R] | None = None,
+        joiner: Joiner | None = None,
+        persistent: bool = True,
+        buffer_format: ValueFormat = ValueFormat.PLAIN_HEADERS,
+    ) -> None:
+        if kind not in ("inner", "left", "outer", "self"):
+            raise InvalidArgumentError(f"kind must be inner, left, outer or self, got {kind!r}")
+        if not isinstance(windows, JoinWindows):
+            raise InvalidTypeError(f"windows must be a JoinWindows, got {windows!r}")
+        self.task = task
+        self.name = name
+        self.windows = windows
+        self.kind = kind
+        self.key_serde: Serde[Any] = key_serde or Serdes.string()
+        self.left_serde: Serde[Any] = left_serde or Serdes.json()
+        self.right_serde: Serde[Any] = (
+            self.left_serde if kind == "self" else right_serde or Serdes.json()
+        )
+        self.output_serde: Serde[Any] = output_serde or Serdes.json()
+        self.joiner: Joiner = joiner or default_joiner
+        self._before, self._after, self._grace = (
+            windows.before_ms,
+            windows.after_ms,
+            windows.grace_ms,
+        )
+        if kind == "self":
+            self.buffers = [
+                self._buffer(f"{name}-buffer", self.left_serde, persistent, buffer_format)
+            ]
+            self.buffers.append(self.buffers[0])
+        else:
+            self.buffers = [
+                self._buffer(f"{name}-left", self.left_serde, persistent, buffer_format),
+                self._buffer(f"{name}-right", self.right_serde, persistent, buffer_format),
+            ]
+        #: which sides wait in the outer store when they join nothing
+        self._tracked = (kind in ("left", "outer"), kind == "outer")
+        b = Serdes.bytes()
+        self.outer = None
+        if kind in ("left", "outer"):
+            self.outer = task.key_value_store(
+                Stores.key_value_store_builder(self._kv(f"{name}-outer", persistent), b, b)
+            )
+        self.state = task.key_value_store(
+            Stores.key_value_store_builder(
+                self._kv(f"{name}-state", persistent), Serdes.string(), Serdes.long()
+            )
+        )
+        self.outputs = task.key_value_store(
+            Stores.key_value_store_builder(self._kv(f"{name}-out", persistent), b, b)
+        )
+        self._codecs = (
+            value_codec(ValueFormat.PLAIN_HEADERS, self.left_serde),
+            value_codec(ValueFormat.PLAIN_HEADERS, self.right_serde),
+        )
+        self._loaded = False
+        self.stream_time = -1
+        """The largest timestamp processed (both sides); -1 before any record."""
+        self.dropped_null = 0
+        """Records dropped for a null key or value."""
+        self.dropped_late = 0
+        """Records dropped because their window had closed (past the grace period)."""
+        self._saved: tuple[int, int, int] = (-1, 0, 0)
+        self._min_waiting: int | None = None  # no waiting record is older than this
+        self._position: int | None = None
+        self._out_n = 0
+
+    def _buffer(self, name: str, serde: Serde[Any], persistent: bool, fmt: ValueFormat) -> Any:
+        w = self.windows
+        retention, size = w.retention(), w.buffer_window_size()
+        if persistent:
+            supplier = window_supplier(name, retention, size, True, True, ValueFormat(fmt), True)
+        else:
+            supplier = Stores.in_memory_window_store_with_headers(name, retention, size, True)
+        builder = Stores.window_store_with_headers_builder(supplier, self.key_serde, serde)
+        return self.task.window_store(builder)
+
+    @staticmethod
+    def _kv(name: str, persistent: bool) -> Any:
+        if persistent:
+            return Stores.persistent_key_value_store(name)
+        return Stores.in_memory_key_value_store(name)
+
+    # ---- state -------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        st = self.state
+        self.stream_time = st.get("stream_time") or -1
+        self.dropped_null = st.get("dropped_null") or 0
+        self.dropped_late = st.get("dropped_late") or 0
+        self._saved = (self.stream_time, self.dropped_null, self.dropped_late)
+        self._min_waiting = None
+        if self.outer is not None:
+            with self.outer.all() as it:
+                for kv in it:
+                    self._min_waiting = _OUTER_KEY.unpack_from(kv.key)[0]
+                    break
+        self._loaded = True
+
+    def _save(self) -> None:
+        now = (self.stream_time, self.dropped_null, self.dropped_late)
+        for label, old, new in zip(
+            ("stream_time", "dropped_null", "dropped_late"), self._saved, now, strict=True
+        ):
+            if old != new:
+                self.state.put(label, new)
+        self._saved = now
+
+    # ---- processing --------------------------------------------------------------------------
+
+    def process(self, records: Iterable[JoinRecord]) -> list[JoinedRecord]:
+        """Process ``records`` in order and return the join results, in order. Their effects
+        (buffers, waiting records, stream time, counters) commit with the task's next commit;
+        the outputs are only returned (:meth:`process_batch` also records them).
+
+        Every record is checked first: a timestamp that is not an ``int >= 0`` raises
+        :class:`~txstore.errors.InvalidArgumentError` (``InvalidTypeError`` for another type)
+        and a side other than ``"left"``/``"right"`` too, before anything is processed. Cost
+        per record: one window fetch of the other side and one put into its own buffer (plus,
+        on left and outer joins, a get and put of the waiting store for a record that joined
+        nothing, and a delete for each time a record joined)."""
+        batch = _checked(records, self.kind == "self")
+        if not self._loaded:
+            self._load()
+        out: list[JoinedRecord] = []
+        if self.kind == "self":
+            for _side, key, value, ts, headers in batch:
+                self._process_self(key, value, ts, headers, out)
+        else:
+            for side, key, value, ts, headers in batch:
+                self._process(side, key, value, ts, headers, out)
+        self._save()
+        return out
+
+    def process_batch(
+        self, records: Iterable[JoinRecord], input_position: int
+    ) -> list[JoinedRecord]:
+        """:meth:`process`, and record the outputs in ``<name>-out`` under ``input_position``
+        (the position the caller then commits the task with). A batch at or below the task's
+        committed input position is a replay of a committed batch: nothing is processed, and
+        the outputs recorded for it are returned (:meth:`outputs_at`), so a retried batch
+        (a crash after the commit, a Spark task retry) emits exactly what its first run did.
+        ``input_position`` is an ``int >= 0`` (else ``InvalidTypeError`` /
+        ``InvalidArgumentError``)."""
+        if isinstance(input_position, bool) or not isinstance(input_position, int):
+            raise InvalidTypeError(f"input_position must be an int, got {input_position!r}")
+        if input_position < 0:
+            raise InvalidArgumentError(f"input_position must be >= 0, got {input_position}")
+        committed = self.task.input_position
+        if committed is not None and input_position <= committed:
+            return self.outputs_at(input_position)
+        out = self.process(records)
+        if self._position != input_position:
+            self._position, self._out_n = input_position, 0
+        for rec in out:
+            self.outputs.put(_OUT_KEY.pack(input_position, self._out_n), self._encode_output(rec))
+            self._out_n += 1
+        return out
+
+    def outputs_at(self, input_position: int) -> list[JoinedRecord]:
+        """The outputs recorded for the batch at ``input_position`` (committed or not), in
+        order. O(log n + outputs)."""
+        lo, hi = _OUT_KEY.pack(input_position, 0), _OUT_KEY.pack(input_position, 0xFFFFFFFF)
+        with self.outputs.range(lo, hi) as it:
+            return [self._decode_output(kv.value) for kv in it]
+
+    def all_outputs(self) -> list[tuple[int, JoinedRecord]]:
+        """Every recorded output with its input position, in order. O(n)."""
+        with self.outputs.all() as it:
+            return [(_OUT_KEY.unpack(kv.key)[0], self._decode_output(kv.value)) for kv in it]
+
+    def purge_outputs(self, below: int) -> int:
+        """Delete the recorded outputs of input positions below ``below`` (once they were
+        delivered); returns how many. Committed with the task. O(log n + deleted)."""
+        with self.outputs.range(None, _OUT_KEY.pack(below, 0)) as it:
+            keys = [kv.key for kv in it if kv.key < _OUT_KEY.pack(below, 0)]
+        for k in keys:
+            self.outputs.delete(k)
+        return len(keys)
+
+    def _encode_output(self, rec: JoinedRecord) -> bytes:
+        kb = self.key_serde.serialize(rec.key) or b""
+        value = self.output_serde.serialize(rec.value)
+        head = _OUT_HEAD.pack(rec.timestamp, value is not None, len(kb))
+        return head + kb + (value or b"")
+
+    def _decode_output(self, raw: bytes) -> JoinedRecord:
+        ts, has_value, n = _OUT_HEAD.unpack_from(raw)
+        start = _OUT_HEAD.size
+        key = self.key_serde.deserialize(raw[start : start + n])
+        value = self.output_serde.deserialize(raw[start + n :]) if has_value else None
+        return JoinedRecord(key, value, ts)
+
+    def _process(
+        self, side: int, key: Any, value: Any, ts: int, headers: Headers, out: list[JoinedRecord]
+    ) -> None:
+        if key is None or value is None:
+            self.dropped_null += 1
+            return
+        is_left = side == _LEFT
+        before, after, grace = self._before, self._after, self._grace
+        if ts + (after if is_left else before) + grace < self.stream_time:
+            self.dropped_late += 1
+            return
+        if ts > self.stream_time:
+            self.stream_time = ts
+            if self.outer is not None:
+                self._emit_closed(out)
+        other = 1 - side
+        lo, hi = self.windows.bounds(ts, is_left)
+        # the other side's records whose window is still open: t + lookahead + grace >= now
+        lo = max(lo, self.stream_time - (before if is_left else after) - grace)
+        vh = ValueAndHeaders(value, headers)
+        matched = False
+        joiner = self.joiner
+        if lo <= hi:
+            track_other = self._tracked[other]
+            last_deleted = -1
+            kb = None
+            with self.buffers[other].fetch(key, lo, hi) as it:
+                for t_other, v_other in it:
+                    matched = True
+                    result = joiner(key, vh, v_other) if is_left else joiner(key, v_other, vh)
+                    out.append(JoinedRecord(key, result, ts if ts > t_other else t_other))
+                    if track_other and t_other != last_deleted:
+                        last_deleted = t_other
+                        kb = kb or self.key_serde.serialize(key) or b""
+                        self.outer.delete(_OUTER_KEY.pack(t_other, other) + kb)  # type: ignore[union-attr]
+        if not matched and self._tracked[side]:
+            self._wait(side, key, vh, ts)
+        self.task.context.timestamp = ts
+        self.buffers[side].put(key, vh, ts)
+
+    def _process_self(
+        self, key: Any, value: Any, ts: int, headers: Headers, out: list[JoinedRecord]
+    ) -> None:
+        """One record of a self-join: as :meth:`_process` of the same record on the left and
+        then on the right of an inner join of the stream with itself, over one buffer."""
+        if key is None or value is None:
+            self.dropped_null += 1
+            return
+        before, after, grace = self._before, self._after, self._grace
+        now = max(self.stream_time, ts)
+        late_left = ts + after + grace < self.stream_time
+        late_right = ts + before + grace < self.stream_time
+        if late_left and late_right:
+            self.dropped_late += 1
+            return
+        self.stream_time = now
+        buffer, joiner = self.buffers[0], self.joiner
+        vh = ValueAndHeaders(value, headers)
+        if not late_left:  # as a left record: the buffered records as right ones
+            lo, hi = self.windows.bounds(ts, True)
+            lo = max(lo, now - before - grace)
+            if lo <= hi:
+                with buffer.fetch(key, lo, hi) as it:
+                    for t_other, v_other in it:
+                        out.append(JoinedRecord(key, joiner(key, vh, v_other), max(ts, t_other)))
+        self.task.context.timestamp = ts
+        buffer.put(key, vh, ts)
+        if not late_right:  # as a right record: the buffered ones (itself too) as left ones
+            lo, hi = self.windows.bounds(ts, False)
+            lo = max(lo, now - after - grace)
+            if lo <= hi:
+                with buffer.fetch(key, lo, hi) as it:
+                    for t_other, v_other in it:
+                        out.append(JoinedRecord(key, joiner(key, v_other, vh), max(ts, t_other)))
+
+    def _wait(self, side: int, key: Any, vh: ValueAndHeaders[Any], ts: int) -> None:
+        """Keep a record that joined nothing in the outer store until its window closes."""
+        okey = _OUTER_KEY.pack(ts, side) + (self.key_serde.serialize(key) or b"")
+        raw = self._codecs[side].encode(vh) or b""
+        outer: Any = self.outer
+        old = outer.get(okey)
+        item = _LEN.pack(len(raw)) + raw
+        outer.put(okey, item if old is None else old + item)
+        if self._min_waiting is None or ts < self._min_waiting:
+            self._min_waiting = ts
+
+    def _emit_closed(self, out: list[JoinedRecord]) -> None:
+        """Emit the waiting records whose window closed (stream time passed its end plus
+        grace), oldest first, and forget them."""
+        first = self._min_waiting
+        now, grace = self.stream_time, self._grace
+        looks = (self._after, self._before)
+        soonest = min(looks[s] for s in (0, 1) if self._tracked[s])
+        if first is None or first + soonest + grace >= now:
+            return
+        closed: list[tuple[bytes, bytes]] = []
+        remaining: int | None = None
+        outer: Any = self.outer
+        with outer.all() as it:
+            for okey, blob in it:
+                t, side = _OUTER_KEY.unpack_from(okey)
+                if t + soonest + grace >= now:  # this and every later one are still open
+                    remaining = t if remaining is None else min(remaining, t)
+                    break
+                if t + looks[side] + grace < now:
+                    closed.append((okey, blob))
+                elif remaining is None:
+                    remaining = t
+        self._min_waiting = remaining
+        joiner, deserialize = self.joiner, self.key_serde.deserialize
+        for okey, blob in closed:
+            t, side = _OUTER_KEY.unpack_from(okey)
+            key = deserialize(okey[_OUTER_KEY.size :])
+            codec = self._codecs[side]
+            pos = 0
+            while pos < len(blob):
+                (n,) = _LEN.unpack_from(blob, pos)
+                vh = codec.decode(blob[pos + 4 : pos + 4 + n])
+                pos += 4 + n
+                value = joiner(key, vh, None) if side == _LEFT else joiner(key, None, vh)
+                out.append(JoinedRecord(key, value, t))
+            outer.delete(okey)
+
+
+def _checked(
+    records: Iterable[JoinRecord], self_join: bool
+) -> list[tuple[int, Any, Any, int, Headers]]:
+    """``(side, key, value, timestamp, headers)`` of every record, checked before any is
+    processed."""
+    batch: list[tuple[int, Any, Any, int, Headers]] = []
+    for i, rec in enumerate(records):
+        if not isinstance(rec, tuple) or len(rec) not in (4, 5):
+            raise InvalidTypeError(f"record {i} is not a JoinRecord: {rec!r}")
+        side_name, key, value, ts = rec[0], rec[1], rec[2], rec[3]
+        headers = rec[4] if len(rec) == 5 else None
+        if side_name == "left" or self_join:
+            side = _LEFT
+        elif side_name == "right":
+            side = _RIGHT
+        else:
+            raise InvalidArgumentError(
+                f"record {i}: side must be 'left' or 'right', got {side_name!r}"
+            )
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            raise InvalidTypeError(f"record {i}: timestamp must be an int, got {ts!r}")
+        if not 0 <= ts < 2**63:
+            raise InvalidArgumentError(f"record {i}: timestamp must be >= 0, got {ts}")
+        batch.append((side, key, value, ts, Headers.of(headers)))
+    return batch
