@@ -5,6 +5,7 @@ buffers, so duplicates buffered before a restart must survive it)."""
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -60,30 +61,22 @@ windows_st = st.tuples(st.integers(-3, 12), st.integers(-3, 12), st.integers(0, 
 
 def run_join(
     path: Path,
-    kind: str,
+    kind: Any,
     windows: JoinWindows,
     batches: list[list[JoinRecord]],
     persistent: bool,
 ) -> tuple[list[tuple[Any, ...]], StreamJoin[Any, Any]]:
     """Each batch in its own task lifetime (a restart between batches), committed."""
     out: list[tuple[Any, ...]] = []
-    join: StreamJoin[Any, Any] | None = None
-    memory_task: Task | None = None
     for position, batch in enumerate(batches, 1):
-        task = memory_task or Task(path, sync=False)
-        try:
-            if memory_task is None:
-                join = StreamJoin(
-                    task, "j", windows, kind, joiner=joiner, persistent=persistent  # type: ignore[arg-type]
-                )
-                task.initialize()
-            assert join is not None
+        with Task(path, sync=False) as task:
+            join: StreamJoin[Any, Any] = StreamJoin(
+                task, "j", windows, kind, joiner=joiner, persistent=persistent
+            )
+            task.initialize()
             for rec in join.process(batch):
                 out.append((*rec.value, rec.timestamp))
             task.commit(position)
-        finally:
-            task.close()
-    assert join is not None
     return out, join
 
 
@@ -108,7 +101,7 @@ def test_two_stream_joins_equal_the_reference(
     # a restart between batches: persistent buffers reopen, in-memory ones are restored from
     # their changelogs
     bounds = sorted({0, len(inputs), *(c for c in cuts if c <= len(inputs))})
-    batches = [inputs[a:b] for a, b in zip(bounds, bounds[1:], strict=False)] or [[]]
+    batches = [inputs[a:b] for a, b in itertools.pairwise(bounds)] or [[]]
     windows = JoinWindows(w[0], w[1], w[2])
     with tempfile.TemporaryDirectory() as tmp:
         got, join = run_join(Path(tmp), kind, windows, batches, persistent)

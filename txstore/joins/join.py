@@ -240,9 +240,11 @@ class StreamJoin(Generic[K, R]):
 
     def _load(self) -> None:
         st = self.state
-        self.stream_time = st.get("stream_time") or -1
-        self.dropped_null = st.get("dropped_null") or 0
-        self.dropped_late = st.get("dropped_late") or 0
+        saved = [st.get(label) for label in ("stream_time", "dropped_null", "dropped_late")]
+        self.stream_time, self.dropped_null, self.dropped_late = (
+            default if value is None else value
+            for value, default in zip(saved, (-1, 0, 0), strict=True)
+        )
         self._saved = (self.stream_time, self.dropped_null, self.dropped_late)
         self._min_waiting = None
         if self.outer is not None:
@@ -397,7 +399,7 @@ class StreamJoin(Generic[K, R]):
         before, after, grace = self._before, self._after, self._grace
         now = max(self.stream_time, ts)
         late_left = ts + after + grace < self.stream_time
-        late_right = ts + before + grace < self.stream_time
+        late_right = ts + before + grace < now  # after the left role advanced stream time
         if late_left and late_right:
             self.dropped_late += 1
             return

@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from txstore import codecs, faults
+from txstore.bytestores.sequence import sequence_numbers
 from txstore.changelog.coordination import (
     RecoveryPlan,
     commit_metadata,
@@ -387,6 +388,9 @@ class Task:
                 raw.put_all(pairs)
             else:
                 raw.restore(pairs)
+                numbers = sequence_numbers(raw)
+                if numbers is not None:  # later puts continue after the replayed numbers
+                    numbers.restored(keys[n - 1 : n])
             raw.commit(offsets[n - 1] + 1)
             restored += n
             for column in (offsets, keys, values, stamps, headers):
