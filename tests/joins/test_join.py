@@ -173,3 +173,18 @@ def test_bad_arguments(tmp_path: Path) -> None:
             join.process_batch([], "1")  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError):
             join.process_batch([], -1)
+
+
+def test_stream_time_and_counters_survive_a_restart(tmp_path: Path) -> None:
+    task, join = open_join(tmp_path, "left")
+    with task:
+        join.process([left("a", 1, 100), left(None, 1, 100)])
+        task.commit(1)
+    task, join = open_join(tmp_path, "left")
+    with task:
+        assert join.process([]) == []
+        assert (join.stream_time, join.dropped_null, join.dropped_late) == (100, 1, 0)
+        assert join.process([right("a", 2, 80)]) == []  # 80 + 10 + 5 < 100: late
+        assert join.dropped_late == 1
+        # the waiting record came back with the task: emitted once its window closes
+        assert join.process([right("b", 0, 116)]) == [JoinedRecord("a", [1, None], 100)]

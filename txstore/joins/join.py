@@ -63,8 +63,12 @@ __all__ = [
     "JoinedRecord",
     "Joiner",
     "StreamJoin",
+    "decode_output",
     "default_joiner",
+    "encode_output",
     "left",
+    "output_key",
+    "parse_output_key",
     "right",
 ]
 
@@ -310,7 +314,7 @@ class StreamJoin(Generic[K, R]):
         if self._position != input_position:
             self._position, self._out_n = input_position, 0
         for rec in out:
-            self.outputs.put(_OUT_KEY.pack(input_position, self._out_n), self._encode_output(rec))
+            self.outputs.put(output_key(input_position, self._out_n), self._encode_output(rec))
             self._out_n += 1
         return out
 
@@ -336,17 +340,10 @@ class StreamJoin(Generic[K, R]):
         return len(keys)
 
     def _encode_output(self, rec: JoinedRecord) -> bytes:
-        kb = self.key_serde.serialize(rec.key) or b""
-        value = self.output_serde.serialize(rec.value)
-        head = _OUT_HEAD.pack(rec.timestamp, value is not None, len(kb))
-        return head + kb + (value or b"")
+        return encode_output(rec, self.key_serde, self.output_serde)
 
     def _decode_output(self, raw: bytes) -> JoinedRecord:
-        ts, has_value, n = _OUT_HEAD.unpack_from(raw)
-        start = _OUT_HEAD.size
-        key = self.key_serde.deserialize(raw[start : start + n])
-        value = self.output_serde.deserialize(raw[start + n :]) if has_value else None
-        return JoinedRecord(key, value, ts)
+        return decode_output(raw, self.key_serde, self.output_serde)
 
     def _process(
         self, side: int, key: Any, value: Any, ts: int, headers: Headers, out: list[JoinedRecord]
@@ -470,6 +467,35 @@ class StreamJoin(Generic[K, R]):
                 value = joiner(key, vh, None) if side == _LEFT else joiner(key, None, vh)
                 out.append(JoinedRecord(key, value, t))
             outer.delete(okey)
+
+
+def output_key(input_position: int, n: int) -> bytes:
+    """The key of the ``n``-th output of the batch at ``input_position`` in ``<name>-out``:
+    ``[position: 8 bytes][n: 4 bytes]``, big-endian (so the outputs sort in order)."""
+    return _OUT_KEY.pack(input_position, n)
+
+
+def parse_output_key(raw: bytes) -> tuple[int, int]:
+    """``(input position, n)`` of an output key (:func:`output_key`)."""
+    position, n = _OUT_KEY.unpack(raw)
+    return int(position), int(n)
+
+
+def encode_output(rec: JoinedRecord, key_serde: Serde[Any], output_serde: Serde[Any]) -> bytes:
+    """An output record as ``<name>-out`` holds it: ``[timestamp: 8][has value: 1][key
+    length: 4][key][value]``."""
+    kb = key_serde.serialize(rec.key) or b""
+    value = output_serde.serialize(rec.value)
+    return _OUT_HEAD.pack(rec.timestamp, value is not None, len(kb)) + kb + (value or b"")
+
+
+def decode_output(raw: bytes, key_serde: Serde[Any], output_serde: Serde[Any]) -> JoinedRecord:
+    """The output record of :func:`encode_output`'s bytes."""
+    ts, has_value, n = _OUT_HEAD.unpack_from(raw)
+    start = _OUT_HEAD.size
+    key = key_serde.deserialize(raw[start : start + n])
+    value = output_serde.deserialize(raw[start + n :]) if has_value else None
+    return JoinedRecord(key, value, ts)
 
 
 def _checked(
