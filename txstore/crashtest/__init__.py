@@ -29,8 +29,8 @@ rule) and :mod:`~txstore.crashtest.damage_report`. The modules run as child proc
 The join workload (``--workload join``) is :mod:`~txstore.crashtest.joins`.
 
 May import: ``txstore.runtime`` and below, and ``txstore.joins`` (the join workload);
-matplotlib only inside :func:`~txstore.crashtest.plot.plot_report` (optional). Never ``txstore.queries``,
-``txstore.spark`` or ``txstore.cli`` (which imports it).
+matplotlib only inside :func:`~txstore.crashtest.plot.plot_report` (optional). Never
+``txstore.queries``, ``txstore.spark`` or ``txstore.cli`` (which imports it).
 """
 
 from __future__ import annotations
