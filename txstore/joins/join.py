@@ -51,11 +51,12 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from txstore import Serde, Serdes, Stores, Task
 from txstore.codecs import ValueFormat
+from txstore.engine.base import MAX_KEY_SIZE
 from txstore.errors import InvalidArgumentError, InvalidTypeError
 from txstore.joins.windows import JoinWindows
 from txstore.stores.builders import window_supplier
 from txstore.stores.formats import value_codec
-from txstore.types import Headers, ValueAndHeaders
+from txstore.types import EMPTY_HEADERS, Headers, ValueAndHeaders
 
 __all__ = [
     "JoinKind",
@@ -84,6 +85,9 @@ _OUTER_KEY = struct.Struct(">qB")  # [time][side] then the serialized key
 _OUT_KEY = struct.Struct(">qI")  # [input position][n]
 _OUT_HEAD = struct.Struct(">qBI")  # output record: [timestamp][has value][key length]
 _LEN = struct.Struct(">I")
+_Q = struct.Struct(">q")
+_QI = struct.Struct(">qi")
+_MAX_BUFFER_KEY = MAX_KEY_SIZE - 12
 _LEFT, _RIGHT = 0, 1
 
 
@@ -208,10 +212,19 @@ class StreamJoin(Generic[K, R]):
         self.outputs = task.key_value_store(
             Stores.key_value_store_builder(self._kv(f"{name}-out", persistent), b, b)
         )
+        self._serdes = (self.left_serde, self.right_serde)
         self._codecs = (
             value_codec(ValueFormat.PLAIN_HEADERS, self.left_serde),
             value_codec(ValueFormat.PLAIN_HEADERS, self.right_serde),
         )
+        # the buffers' single-key row reader (the fast path of _fetch), when their bytes are
+        # PLAIN_HEADERS and need no adapter
+        self._rows_of = [
+            getattr(b.bytes_store, "fetch_window_rows", None)
+            if b.adapter is None and b.stored_format == ValueFormat.PLAIN_HEADERS
+            else None
+            for b in self.buffers
+        ]
         self._loaded = False
         self.stream_time = -1
         """The largest timestamp processed (both sides); -1 before any record."""
@@ -361,29 +374,78 @@ class StreamJoin(Generic[K, R]):
             if self.outer is not None:
                 self._emit_closed(out)
         other = 1 - side
-        lo, hi = self.windows.bounds(ts, is_left)
-        # the other side's records whose window is still open: t + lookahead + grace >= now
-        lo = max(lo, self.stream_time - (before if is_left else after) - grace)
+        # the other side's records in the time range whose window is still open (t +
+        # lookahead + grace >= now), clamped at 0 as Kafka's
+        if is_left:
+            lo, hi = ts - before, ts + after
+            lo2 = self.stream_time - before - grace
+        else:
+            lo, hi = ts - after, ts + before
+            lo2 = self.stream_time - after - grace
+        lo = max(lo, lo2, 0)
+        hi = max(hi, 0)
         vh = ValueAndHeaders(value, headers)
         matched = False
-        joiner = self.joiner
         if lo <= hi:
+            joiner = self.joiner
             track_other = self._tracked[other]
             last_deleted = -1
             kb = None
-            with self.buffers[other].fetch(key, lo, hi) as it:
-                for t_other, v_other in it:
-                    matched = True
-                    result = joiner(key, vh, v_other) if is_left else joiner(key, v_other, vh)
-                    out.append(JoinedRecord(key, result, ts if ts > t_other else t_other))
-                    if track_other and t_other != last_deleted:
-                        last_deleted = t_other
-                        kb = kb or self.key_serde.serialize(key) or b""
-                        self.outer.delete(_OUTER_KEY.pack(t_other, other) + kb)  # type: ignore[union-attr]
+            for t_other, v_other in self._fetch(other, key, lo, hi):
+                matched = True
+                result = joiner(key, vh, v_other) if is_left else joiner(key, v_other, vh)
+                out.append(JoinedRecord(key, result, ts if ts > t_other else t_other))
+                if track_other and t_other != last_deleted:
+                    last_deleted = t_other
+                    kb = kb or self.key_serde.serialize(key) or b""
+                    self.outer.delete(_OUTER_KEY.pack(t_other, other) + kb)  # type: ignore[union-attr]
         if not matched and self._tracked[side]:
             self._wait(side, key, vh, ts)
         self.task.context.timestamp = ts
-        self.buffers[side].put(key, vh, ts)
+        self._put(side, key, vh, ts)
+
+    def _put(self, side: int, key: Any, vh: ValueAndHeaders[Any], ts: int) -> None:
+        """Buffer a record. With ``PLAIN_HEADERS`` bytes and no adapter, the bytes are made
+        here and written to the buffer's change-logged bytes store under the buffer's next
+        sequence number, as ``WindowStore.put`` does for a retain-duplicates store, without
+        its per-call checks (the key and timestamp were checked, the value is not None)."""
+        buffer = self.buffers[side]
+        if self._rows_of[side] is None or vh.headers:
+            buffer.put(key, vh, ts)
+            return
+        raw = self._serdes[side].serialize(vh.value)
+        kb = self.key_serde.serialize(key)
+        if raw is None or kb is None or len(kb) > _MAX_BUFFER_KEY:
+            buffer.put(key, vh, ts)  # the typed store's errors and rules
+            return
+        buffer.seqnum = seq = (buffer.seqnum + 1) & 0x7FFFFFFF
+        buffer.bytes_store.put_at(kb + _QI.pack(ts, seq), ts, b"\x00" + raw)
+
+    def _fetch(self, side: int, key: Any, lo: int, hi: int) -> list[tuple[int, Any]]:
+        """``(time, ValueAndHeaders)`` of the records of ``key`` in buffer ``side`` with
+        ``lo <= time <= hi``, in window-store order. Reads the rows in one go from the buffer's
+        bytes store when it holds ``PLAIN_HEADERS`` bytes (no adapter), else through the typed
+        store's fetch."""
+        rows_of = self._rows_of[side]
+        if rows_of is not None:
+            kb = self.key_serde.serialize(key)
+            if kb is not None:
+                read = rows_of(kb, lo, hi, False)
+                if read is not None:
+                    n = len(kb)
+                    size, unpack = n + 12, _Q.unpack_from
+                    decode, deserialize = self._codecs[side].decode, self._serdes[side].deserialize
+                    return [
+                        # a first byte 0: no headers (headers size 0), the value follows
+                        (
+                            unpack(k, n)[0],
+                            ValueAndHeaders(deserialize(v[1:])) if v[0] == 0 else decode(v),
+                        )
+                        for k, v in read[0]
+                        if len(k) == size
+                    ]
+        with self.buffers[side].fetch(key, lo, hi) as it:
+            return [(kv.key, kv.value) for kv in it]
 
     def _process_self(
         self, key: Any, value: Any, ts: int, headers: Headers, out: list[JoinedRecord]
@@ -401,24 +463,22 @@ class StreamJoin(Generic[K, R]):
             self.dropped_late += 1
             return
         self.stream_time = now
-        buffer, joiner = self.buffers[0], self.joiner
+        joiner = self.joiner
         vh = ValueAndHeaders(value, headers)
         if not late_left:  # as a left record: the buffered records as right ones
             lo, hi = self.windows.bounds(ts, True)
             lo = max(lo, now - before - grace)
             if lo <= hi:
-                with buffer.fetch(key, lo, hi) as it:
-                    for t_other, v_other in it:
-                        out.append(JoinedRecord(key, joiner(key, vh, v_other), max(ts, t_other)))
+                for t_other, v_other in self._fetch(0, key, lo, hi):
+                    out.append(JoinedRecord(key, joiner(key, vh, v_other), max(ts, t_other)))
         self.task.context.timestamp = ts
-        buffer.put(key, vh, ts)
+        self._put(0, key, vh, ts)
         if not late_right:  # as a right record: the buffered ones (itself too) as left ones
             lo, hi = self.windows.bounds(ts, False)
             lo = max(lo, now - after - grace)
             if lo <= hi:
-                with buffer.fetch(key, lo, hi) as it:
-                    for t_other, v_other in it:
-                        out.append(JoinedRecord(key, joiner(key, v_other, vh), max(ts, t_other)))
+                for t_other, v_other in self._fetch(0, key, lo, hi):
+                    out.append(JoinedRecord(key, joiner(key, v_other, vh), max(ts, t_other)))
 
     def _wait(self, side: int, key: Any, vh: ValueAndHeaders[Any], ts: int) -> None:
         """Keep a record that joined nothing in the outer store until its window closes."""
@@ -521,5 +581,7 @@ def _checked(
             raise InvalidTypeError(f"record {i}: timestamp must be an int, got {ts!r}")
         if not 0 <= ts < 2**63:
             raise InvalidArgumentError(f"record {i}: timestamp must be >= 0, got {ts}")
-        batch.append((side, key, value, ts, Headers.of(headers)))
+        batch.append(
+            (side, key, value, ts, EMPTY_HEADERS if headers is None else Headers.of(headers))
+        )
     return batch
