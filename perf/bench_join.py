@@ -38,7 +38,6 @@ import statistics
 import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import lmdb
