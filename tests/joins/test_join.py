@@ -11,7 +11,15 @@ import pytest
 
 from txstore import Serdes, Task, ValueAndHeaders
 from txstore.errors import InvalidArgumentError, InvalidTypeError
-from txstore.joins import JoinedRecord, JoinRecord, JoinWindows, StreamJoin, left, right
+from txstore.joins import (
+    JoinedRecord,
+    JoinRecord,
+    JoinWindows,
+    StreamJoin,
+    join_store_builders,
+    left,
+    right,
+)
 
 
 def open_join(path: Path, kind: str = "left", **options: Any) -> tuple[Task, StreamJoin[Any, Any]]:
@@ -188,3 +196,23 @@ def test_stream_time_and_counters_survive_a_restart(tmp_path: Path) -> None:
         assert join.dropped_late == 1
         # the waiting record came back with the task: emitted once its window closes
         assert join.process([right("b", 0, 116)]) == [JoinedRecord("a", [1, None], 100)]
+
+
+def test_a_join_over_stores_its_caller_opened(tmp_path: Path) -> None:
+    """A pipeline that opens its stores itself (the Spark stateful step's ``stores()``) opens
+    the join's builders, then attaches the join to the open stores each batch."""
+    windows = JoinWindows.of_time_difference_without_grace(10)
+    batches = [[left("a", 1, 5)], [right("a", 2, 9), right("z", 0, 30)]]
+    out = []
+    for position, batch in enumerate(batches, 1):
+        with Task(tmp_path, sync=False) as task:
+            for builder in join_store_builders("j", windows, "left").values():
+                builder.build(task.db)
+            task.initialize()
+            join: StreamJoin[Any, Any] = StreamJoin(task, "j", windows, "left", open_stores=False)
+            out += join.process(batch)
+            task.commit(position)
+    assert out == [JoinedRecord("a", [1, 2], 9)]
+    # not opened: no such store
+    with Task(tmp_path, sync=False) as task, pytest.raises(InvalidArgumentError):
+        StreamJoin(task, "j", windows, "left", open_stores=False)

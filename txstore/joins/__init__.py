@@ -18,6 +18,7 @@ from txstore.joins.join import (
     left,
     right,
 )
+from txstore.joins.stores import join_store_builders
 from txstore.joins.windows import JoinWindows
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Joiner",
     "StreamJoin",
     "default_joiner",
+    "join_store_builders",
     "left",
     "right",
 ]

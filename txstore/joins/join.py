@@ -49,12 +49,12 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
-from txstore import Serde, Serdes, Stores, Task
+from txstore import Serde, Serdes, Task
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
 from txstore.errors import InvalidArgumentError, InvalidTypeError
+from txstore.joins.stores import join_store_builders
 from txstore.joins.windows import JoinWindows
-from txstore.stores.builders import window_supplier
 from txstore.stores.formats import value_codec
 from txstore.types import EMPTY_HEADERS, Headers, ValueAndHeaders
 
@@ -137,7 +137,10 @@ class StreamJoin(Generic[K, R]):
     inner, one buffer). ``buffer_format`` is the format of persistent buffers' bytes: the
     default ``PLAIN_HEADERS``, or ``HEADERS`` (what Kafka's join used before the proposal: the
     buffers then go through an adapter). Buffers that already hold ``HEADERS`` or ``PLAIN``
-    data upgrade lazily when opened with the default.
+    data upgrade lazily when opened with the default. ``open_stores=False``: the stores are
+    already open in the task, opened by the caller from
+    :func:`~txstore.joins.stores.join_store_builders` (a pipeline that opens its stores
+    itself, such as the Spark stateful step).
 
     >>> import tempfile
     >>> from txstore import Task
@@ -165,6 +168,7 @@ class StreamJoin(Generic[K, R]):
         joiner: Joiner | None = None,
         persistent: bool = True,
         buffer_format: ValueFormat = ValueFormat.PLAIN_HEADERS,
+        open_stores: bool = True,
     ) -> None:
         if kind not in ("inner", "left", "outer", "self"):
             raise InvalidArgumentError(f"kind must be inner, left, outer or self, got {kind!r}")
@@ -186,32 +190,27 @@ class StreamJoin(Generic[K, R]):
             windows.after_ms,
             windows.grace_ms,
         )
-        if kind == "self":
-            self.buffers = [
-                self._buffer(f"{name}-buffer", self.left_serde, persistent, buffer_format)
-            ]
-            self.buffers.append(self.buffers[0])
-        else:
-            self.buffers = [
-                self._buffer(f"{name}-left", self.left_serde, persistent, buffer_format),
-                self._buffer(f"{name}-right", self.right_serde, persistent, buffer_format),
-            ]
+        builders = join_store_builders(
+            name,
+            windows,
+            kind,
+            key_serde=self.key_serde,
+            left_serde=self.left_serde,
+            right_serde=self.right_serde,
+            persistent=persistent,
+            buffer_format=buffer_format,
+        )
+        if open_stores:
+            for builder in builders.values():
+                builder.build(task.db)
+        stores = {n: task.store(n) for n in builders}
+        suffixes = ("-buffer", "-buffer") if kind == "self" else ("-left", "-right")
+        self.buffers = [stores[name + s] for s in suffixes]
         #: which sides wait in the outer store when they join nothing
         self._tracked = (kind in ("left", "outer"), kind == "outer")
-        b = Serdes.bytes()
-        self.outer = None
-        if kind in ("left", "outer"):
-            self.outer = task.key_value_store(
-                Stores.key_value_store_builder(self._kv(f"{name}-outer", persistent), b, b)
-            )
-        self.state = task.key_value_store(
-            Stores.key_value_store_builder(
-                self._kv(f"{name}-state", persistent), Serdes.string(), Serdes.long()
-            )
-        )
-        self.outputs = task.key_value_store(
-            Stores.key_value_store_builder(self._kv(f"{name}-out", persistent), b, b)
-        )
+        self.outer = stores.get(f"{name}-outer")
+        self.state = stores[f"{name}-state"]
+        self.outputs = stores[f"{name}-out"]
         self._serdes = (self.left_serde, self.right_serde)
         self._codecs = (
             value_codec(ValueFormat.PLAIN_HEADERS, self.left_serde),
@@ -236,22 +235,6 @@ class StreamJoin(Generic[K, R]):
         self._min_waiting: int | None = None  # no waiting record is older than this
         self._position: int | None = None
         self._out_n = 0
-
-    def _buffer(self, name: str, serde: Serde[Any], persistent: bool, fmt: ValueFormat) -> Any:
-        w = self.windows
-        retention, size = w.retention(), w.buffer_window_size()
-        if persistent:
-            supplier = window_supplier(name, retention, size, True, True, ValueFormat(fmt), True)
-        else:
-            supplier = Stores.in_memory_window_store_with_headers(name, retention, size, True)
-        builder = Stores.window_store_with_headers_builder(supplier, self.key_serde, serde)
-        return self.task.window_store(builder)
-
-    @staticmethod
-    def _kv(name: str, persistent: bool) -> Any:
-        if persistent:
-            return Stores.persistent_key_value_store(name)
-        return Stores.in_memory_key_value_store(name)
 
     # ---- state -------------------------------------------------------------------------------
 
