@@ -534,8 +534,8 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
     :meth:`txstore.Database.window_store`. ``retain_duplicates`` stores every put of a
     ``(key, window)`` under its own sequence number (1, 2, ... wrapping at 2^31 - 1; committed
     with the store and continued after a reopen or a restore, where Kafka's restarts at 0:
-    :mod:`txstore.bytestores.sequence`), and makes ``put(key, None, t)`` a no-op; without it a put overwrites
-    the window and ``put(key, None, t)`` deletes it.
+    :mod:`txstore.bytestores.sequence`), and makes ``put(key, None, t)`` a no-op; without it a
+    put overwrites the window and ``put(key, None, t)`` deletes it.
 
     Writes go to an overlay until :meth:`commit` (transactional stores); one thread owns the
     store, other threads read through :meth:`read_committed`. The module docstring has an
