@@ -98,3 +98,17 @@ def test_a_persistent_store_behind_its_changelog_numbers_after_the_replayed_reco
     with task:
         store.put("a", 2, 10)
         assert values(store) == [0, 1, 2]
+
+
+def test_a_store_named_like_the_sequence_database_of_another_is_refused(tmp_path: Path) -> None:
+    with txstore.open(tmp_path) as db:
+        db.window_store(
+            "w",
+            Serdes.string(),
+            Serdes.long(),
+            retention_period=60_000,
+            window_size=1_000,
+            retain_duplicates=True,
+        )
+        with pytest.raises(txstore.InvalidArgumentError, match="collides"):
+            db.key_value_store("w.seq")
