@@ -216,3 +216,18 @@ def test_a_join_over_stores_its_caller_opened(tmp_path: Path) -> None:
     # not opened: no such store
     with Task(tmp_path, sync=False) as task, pytest.raises(InvalidArgumentError):
         StreamJoin(task, "j", windows, "left", open_stores=False)
+
+
+def test_reload_after_an_abort_forgets_the_aborted_batch(tmp_path: Path) -> None:
+    task, join = open_join(tmp_path, "left")
+    with task:
+        join.process_batch([left("a", 1, 100)], 1)
+        task.commit(1)
+        join.process_batch([right("z", 0, 200)], 2)  # would emit a@100 as unmatched
+        task.abort()
+        join.reload()
+        assert join.process([]) == []  # reads the committed state again
+        assert join.stream_time == 100
+        assert join.process_batch([right("a", 2, 101)], 2) == [JoinedRecord("a", [1, 2], 101)]
+        task.commit(2)
+        assert join.outputs_at(2) == [JoinedRecord("a", [1, 2], 101)]

@@ -238,6 +238,13 @@ class StreamJoin(Generic[K, R]):
 
     # ---- state -------------------------------------------------------------------------------
 
+    def reload(self) -> None:
+        """Forget the stream time, counters and outputs numbering kept in memory; the next
+        call reads them from the stores. Call it after ``task.abort()`` (which rolls the stores
+        back, not this object). O(1)."""
+        self._loaded = False
+        self._position = None
+
     def _load(self) -> None:
         st = self.state
         saved = [st.get(label) for label in ("stream_time", "dropped_null", "dropped_late")]
