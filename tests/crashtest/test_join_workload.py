@@ -72,7 +72,7 @@ def test_the_command_line_names_the_join_workload(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli,
         ["crashtest", "--workload", "join", "--kills", "2", "--seed", "3", "--wipe-sizes", "",
-         "--workdir", str(tmp_path / "w"), "--quiet"],
+         "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "out"), "--quiet"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "join-out" in result.output and "lost = 0, leaked = 0" in result.output
