@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("txstore.stores",),
     ("txstore.runtime",),
     ("txstore",),  # the public API: re-exports of the layers up to the runtime
+    ("txstore.joins",),
     ("txstore.queries", "txstore.spark", "txstore.crashtest"),
     ("txstore.queries.http",),
     ("txstore.demo",),

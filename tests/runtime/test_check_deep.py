@@ -141,10 +141,9 @@ def make_task_dir(
     second from record ``split``, by default the last window boundary before the middle), with
     the changelogs cleaned (compacted, expired) after each.
 
-    The default split keeps the windows the two lifetimes write to apart: a retain_duplicates
-    window store restarts its sequence numbers at 0 when reopened, so a second lifetime writing
-    to a window of the first overwrites duplicates (see
-    ``test_retain_duplicates_written_across_a_restart``)."""
+    The default split keeps the windows the two lifetimes write to apart;
+    ``test_retain_duplicates_written_across_a_restart`` writes to one window in both (a
+    retain_duplicates window store continues its sequence numbers after a restart)."""
     half = total // 2 // (WINDOW // 1_000) * (WINDOW // 1_000) if split is None else split
     for first, last in ((0, half), (half, total)):
         with open_task(path) as task:
@@ -504,15 +503,10 @@ def test_stores_upgraded_to_a_later_format_pass(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known divergence: a retain_duplicates window store and its change-logging layer "
-    "both restart their sequence numbers at 0 when reopened, so puts to a window written "
-    "before the restart overwrite its duplicates [key][ts][seq], and as the two counters part "
-    "after a put(key, None, ts) they overwrite different ones: the store loses values and "
-    "differs from what a restore of its changelog gives",
-)
 def test_retain_duplicates_written_across_a_restart(tmp_path: Path) -> None:
+    """Both lifetimes write window [0, 60 s) of a retain_duplicates store: the second
+    continues the first's sequence numbers (store and changelog layer), so no duplicate is
+    overwritten and the store equals a restore of its changelog."""
     path = tmp_path / "p"
     make_task_dir(path, total=80, split=40)  # both lifetimes write window [0, 60 s)
     report = admin.check(path, deep=True)

@@ -187,14 +187,14 @@ class ChangeLoggingSegmentedBytesStore(_ChangeLogging):
     ) -> None:
         super().__init__(inner, changelog, fmt, context)
         self.retain_duplicates = retain_duplicates
-        self._seqnum = 0
+        self.seqnum = 0
 
     def _log_key(self, key: bytes) -> bytes:
         """The changelog key of the window store key ``key``: its sequence number replaced by
         this layer's counter, advanced first (retain_duplicates), else ``key`` itself."""
         if not self.retain_duplicates:
             return key
-        self._seqnum = seq = (self._seqnum + 1) & 0x7FFFFFFF
+        self.seqnum = seq = (self.seqnum + 1) & 0x7FFFFFFF
         return key[:-4] + _I.pack(seq)
 
     def put_at(self, key: bytes, ts: int, value: bytes | None) -> bool:

@@ -106,7 +106,11 @@ _OPTIONS = [
     click.option(
         "--max-delay", default=0.4, show_default=True, help="Latest random kill, seconds."
     ),
-    click.option("--workload", help="module:Class of a Workload subclass (default: standard)."),
+    click.option(
+        "--workload",
+        help="module:Class of a Workload subclass (default: standard), or 'join' (a "
+        "stream-stream join, txstore.crashtest.joins).",
+    ),
     click.option("--workload-params", default="{}", help="JSON keyword arguments of the workload."),
     click.option("--keys", type=int, help="Standard workload: key space (default 500)."),
     click.option("--commit-every", type=int, help="Standard workload: mean records per commit."),
@@ -156,6 +160,10 @@ _OPTIONS = [
 ]
 
 
+#: Short names of the workloads txstore ships besides the standard one.
+WORKLOAD_ALIASES = {"join": "txstore.crashtest.joins:JoinWorkload"}
+
+
 def config_from_params(params: Mapping[str, Any]) -> CrashtestConfig:
     """The harness settings of the command's parsed options (click's ``ctx.params``)."""
     from txstore.crashtest.driver import CrashtestConfig
@@ -182,7 +190,7 @@ def config_from_params(params: Mapping[str, Any]) -> CrashtestConfig:
         points=[p.strip() for p in points.split(",") if p.strip()] if points else None,
         random_fraction=params["random_fraction"],
         max_delay=params["max_delay"],
-        workload=params["workload"] or DEFAULT_WORKLOAD,
+        workload=WORKLOAD_ALIASES.get(params["workload"], params["workload"] or DEFAULT_WORKLOAD),
         workload_params=workload_params,
         overlay_budget_bytes=params["overlay_budget"],
         segment_bytes=params["segment_bytes"],

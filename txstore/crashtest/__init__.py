@@ -26,9 +26,11 @@ trials of ``--damage N``: :mod:`~txstore.crashtest.damage` (which files, which d
 rule) and :mod:`~txstore.crashtest.damage_report`. The modules run as child processes
 (``writer``, ``reader``, ``wipe_steps``, ``damage_child``) are not imported by this package.
 
-May import: ``txstore.runtime`` and below; matplotlib only inside
-:func:`~txstore.crashtest.plot.plot_report` (optional). Never ``txstore.queries``,
-``txstore.spark`` or ``txstore.cli`` (which imports it).
+The join workload (``--workload join``) is :mod:`~txstore.crashtest.joins`.
+
+May import: ``txstore.runtime`` and below, and ``txstore.joins`` (the join workload);
+matplotlib only inside :func:`~txstore.crashtest.plot.plot_report` (optional). Never
+``txstore.queries``, ``txstore.spark`` or ``txstore.cli`` (which imports it).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class StateReader:
         except BaseException:
             self.db.close()
             raise
-        self.names = [*self.stores, POSITION_STORE]
+        self.names = [*self.stores, *workload.extra_stores(), POSITION_STORE]
 
     def offsets(self) -> dict[str, int | None]:
         """The committed offset of every store, from one snapshot of the partition."""
@@ -85,7 +85,7 @@ class StateReader:
             with self.stores[spec.name].snapshot() as view:
                 states[spec.name] = spec.read(view)
                 seen[spec.name] = view.committed_offset
-        stable = before == seen == self.offsets()
+        stable = before == {**before, **seen} == self.offsets()
         return Observation(position, before, stable, states)
 
     def close(self) -> None:

@@ -152,6 +152,11 @@ class Workload:
                 raise InvalidArgumentError(f"workload store names repeat: {names}")
         return self._specs
 
+    def extra_stores(self) -> list[str]:
+        """Stores the task holds besides the specs' (opened by a spec's ``open``, such as a
+        join's buffers): checked for their offsets and commit markers, not their content."""
+        return []
+
     @property
     def segmented(self) -> bool:
         """Whether a store drops segments (window and session stores)."""

@@ -177,6 +177,7 @@ class PartitionBase:
         self._closed = False
         self._generation = fork_generation[0]
         self._stores: dict[str, Any] = {}
+        self._before_commit: dict[str, Callable[[], None]] = {}
         self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
         self._snapshots_lock = threading.RLock()
         self._commits = 0
@@ -219,9 +220,16 @@ class PartitionBase:
         self._stores[name] = store
 
     def detach(self, name: str, store: Any) -> None:
-        """Forget a store object registered with :meth:`attach`."""
+        """Forget a store object registered with :meth:`attach` (and its commit hook)."""
         if self._stores.get(name) is store:
             del self._stores[name]
+            self._before_commit.pop(name, None)
+
+    def on_before_commit(self, name: str, hook: Callable[[], None]) -> None:
+        """Call ``hook`` at every commit of store ``name``, before its overlay is applied, so
+        that the store can stage rows of its own into the same LMDB transaction (a window
+        store's last sequence number, :mod:`txstore.bytestores.sequence`). O(1)."""
+        self._before_commit[name] = hook
 
     def close(self) -> None:
         """Close the stores, snapshots and overlay of this partition. Idempotent."""
@@ -347,6 +355,10 @@ class PartitionBase:
         is written. Cost: O(staged rows x log N) plus one sync.
         """
         checked = self._check_commit(offsets)
+        for name in checked:
+            hook = self._before_commit.get(name)
+            if hook is not None:
+                hook()
         self._apply(checked)
         if self.overlay is not None:
             for name in checked:

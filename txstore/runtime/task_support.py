@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txstore import codecs, faults
+from txstore.bytestores.sequence import sequence_numbers
 from txstore.changelog.coordination import RecoveryPlan, read_commit_metadata
 from txstore.changelog.log import FileChangelog
 from txstore.codecs import ValueFormat
@@ -258,6 +259,9 @@ def restore_store(
             raw.put_all(pairs)
         else:
             applied = raw.restore(pairs)
+            numbers = sequence_numbers(raw)
+            if numbers is not None:  # later puts continue after the replayed numbers
+                numbers.restored(keys[n - 1 : n])
             if raw.in_memory:  # Kafka's in-memory stores count what restore drops
                 raw.dropped_records += n - applied
         raw.commit(offsets[n - 1] + 1)

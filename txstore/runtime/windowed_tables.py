@@ -73,6 +73,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from txstore import codecs
+from txstore.bytestores.sequence import sequence_numbers
 from txstore.changelog.log import FileChangelog
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
@@ -183,6 +184,9 @@ class _Loader:
         if self.format != ValueFormat.PLAIN and ks:
             values = codecs.records_to_values(self.format, values, stamps, headers)
         applied = self.raw.restore(zip(ks, values, strict=True)) if ks else 0
+        numbers = sequence_numbers(self.raw)
+        if numbers is not None and ks:  # later puts number after these (retain_duplicates)
+            numbers.restored(ks[-1:])
         self.applied += applied
         self.dropped += len(ks) - applied
         self.raw.dropped_records += len(ks) - applied

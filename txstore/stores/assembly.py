@@ -25,6 +25,7 @@ from txstore.bytestores.adapters import check_upgrade, find_adapter
 from txstore.bytestores.kv import BytesKeyValueStore, ReadCommittedView
 from txstore.bytestores.schemas import SessionKeySchema, WindowKeySchema
 from txstore.bytestores.segments import SegmentedBytesStore, SegmentedReadCommittedView
+from txstore.bytestores.sequence import SEQ_DB_SUFFIX, SequenceNumbers
 from txstore.bytestores.upgrade import (
     KV_DB_SUFFIX,
     UpgradingBytesKeyValueStore,
@@ -238,7 +239,9 @@ def check_name_free(partition: PartitionBase, name: str) -> None:
     for other in partition.store_names():
         for owner, db in ((other, name), (name, other)):
             rest = db[len(owner) + 1 :] if db.startswith(owner + ".") else None
-            if rest is not None and (rest.isdigit() or rest in KV_DB_SUFFIX.values()):
+            if rest is not None and (
+                rest.isdigit() or rest in KV_DB_SUFFIX.values() or rest == SEQ_DB_SUFFIX
+            ):
                 raise InvalidArgumentError(
                     f"store name {name!r} collides with a database of store {owner!r} "
                     f"({db!r}: a segment or upgrade database); choose another name"
@@ -356,6 +359,12 @@ def assemble(
             int(meta["window_size"]),
             bool(meta["retain_duplicates"]),
         )
+        if store.retain_duplicates and isinstance(raw, SegmentedBytesStore):
+            # numbers continue after the committed one (and a restore's): bytestores/sequence.py
+            numbers = SequenceNumbers(raw)
+            numbers.register(store)
+            if inner is not raw:
+                numbers.register(inner)
     else:
         codec = value_codec(builder.format, builder.value_serde, session=True)
         store = SessionStore(inner, builder.key_serde, codec, adapter)

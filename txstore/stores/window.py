@@ -546,9 +546,10 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
 
     Create one with :class:`~txstore.stores.factories.Stores` builders or
     :meth:`txstore.Database.window_store`. ``retain_duplicates`` stores every put of a
-    ``(key, window)`` under its own sequence number (1, 2, ... wrapping at 2^31 - 1, reset on
-    reopen, as Kafka's), and makes ``put(key, None, t)`` a no-op; without it a put overwrites
-    the window and ``put(key, None, t)`` deletes it.
+    ``(key, window)`` under its own sequence number (1, 2, ... wrapping at 2^31 - 1; committed
+    with the store and continued after a reopen or a restore, where Kafka's restarts at 0:
+    :mod:`txstore.bytestores.sequence`), and makes ``put(key, None, t)`` a no-op; without it a
+    put overwrites the window and ``put(key, None, t)`` deletes it.
 
     Writes go to an overlay until :meth:`commit` (transactional stores); one thread owns the
     store, other threads read through :meth:`read_committed`. The module docstring has an
