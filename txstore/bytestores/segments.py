@@ -389,6 +389,8 @@ class SegmentedBytesStore(SegmentedReads):
                                     return None
                                 room -= 1
                                 append(row)
+                        if rows:
+                            self.partition.verify_rows(seg.db, rows)
                     if ov is not None and ov.mem:  # then the staged rows over them
                         staged = ov.read_small(lo, hi, SMALL_READ_LIMIT)
                         if staged is None:
