@@ -68,10 +68,20 @@ from __future__ import annotations
 import os
 from typing import Any, Final
 
+import lmdb
+
 from txstore.engine.base import META_DB
-from txstore.engine.checksums import FLAG_KEY, FLAG_VALUE, record_damage
+from txstore.engine.checksums import (
+    FLAG_KEY,
+    FLAG_VALUE,
+    ChecksumError,
+    record_damage,
+    unseal,
+)
 from txstore.engine.lmdb_env import (
     DEFAULT_MAX_DBS,
+    META_PREFIX,
+    OFFSET_PREFIX,
     acquire_env,
     release_env,
     track_partition,
@@ -270,6 +280,68 @@ class Partition(PartitionWrites):
             self.checksums = False
             raise
         return count[0]
+
+    def verify_entries(self, limit: int = 100) -> tuple[int, list[tuple[bytes, bytes, str]]]:
+        """Check the checksum of every entry of every database (the metadata database aside)
+        in one read transaction: returns how many entries were checked and up to ``limit``
+        damaged ones as ``(database, key, reason)``. A legacy partition (no checksums) checks
+        nothing: ``(0, [])``. O(entries); what ``txstore check`` runs."""
+        if not self.checksums:
+            return 0, []
+        self.check_usable()
+        sh = self._sh
+        assert sh is not None
+        handles = {n: h for n, h in self.open_all_handles().items() if n != META_DB}
+
+        def once() -> tuple[int, list[tuple[bytes, bytes, str]]]:
+            count = 0
+            bad: list[tuple[bytes, bytes, str]] = []
+            txn = sh.env.begin()
+            try:
+                for name, h in sorted(handles.items()):
+                    try:
+                        rows = txn.cursor(h).iternext()
+                        for key, value in rows:
+                            count += 1
+                            try:
+                                unseal(key, value)
+                            except ChecksumError as exc:
+                                if len(bad) < limit:
+                                    bad.append((name, key, str(exc.args[-1])))
+                    except lmdb.BadDbiError:
+                        continue  # dropped by the writer since the handles were opened
+            finally:
+                txn.abort()
+            return count, bad
+
+        return self.run_shared(once)
+
+    def store_of_db(self, db: bytes) -> str | None:
+        """The store whose database ``db`` is (``<store>`` or ``<store>.<suffix>``: the store
+        with the longest such name), or None."""
+        best: str | None = None
+        for name in self.store_names():
+            n = name.encode()
+            if (db == n or db.startswith(n + b".")) and (best is None or len(name) > len(best)):
+                best = name
+        return best
+
+    def drop_stores(self, names: set[str]) -> None:
+        """Delete every database, the metadata and the committed offset of each store of
+        ``names``, in one write transaction: the stores are as if never created (a task then
+        restores them from their changelogs; see :mod:`txstore.engine.checksums`). Open no
+        store of ``names`` before. O(databases of the partition)."""
+        self._check_writable()
+        dbs = [db for db in self._db_names() if self.store_of_db(db) in names]
+
+        def fn(txn: Any) -> None:
+            for db in dbs:
+                self._drop_in(txn, db)
+            for name in names:
+                txn.delete(META_PREFIX + name.encode(), db=self._meta)
+                txn.delete(OFFSET_PREFIX + name.encode(), db=self._meta)
+
+        self._write(fn, True, 0)
 
     # -- environment ---------------------------------------------------------------------------
 

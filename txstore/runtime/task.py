@@ -93,6 +93,7 @@ from txstore.errors import (
     TaskCorruptedError,
 )
 from txstore.runtime.database import Database
+from txstore.runtime.statedir import drop_damaged_stores
 from txstore.runtime.transaction import Transaction
 from txstore.stores.assembly import StoreKind, StoreStack
 from txstore.stores.builders import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
@@ -135,6 +136,9 @@ class RestoreReport:
     restored: dict[str, int] = field(default_factory=dict)
     discarded_uncommitted: bool = False
     seconds: float = 0.0
+    rebuilt: list[str] = field(default_factory=list)
+    """Stores rebuilt from their changelogs because an entry of theirs failed its checksum
+    (:func:`~txstore.runtime.statedir.drop_damaged_stores`)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,13 @@ class Task:
             changelogs=self,
             verify=verify,
         )
+        # Kafka's TaskCorruptedException path: stores in which the writer found an entry whose
+        # checksum failed are deleted before any is opened; initialize() restores them.
+        try:
+            self._rebuilt = drop_damaged_stores(self.db.partition, self.path)
+        except BaseException:
+            self.db.close()
+            raise
 
     # ---- stores ---------------------------------------------------------------------------
 
@@ -323,6 +334,7 @@ class Task:
             report.restored[entry.name] = self._restore(entry, progress)
         self._state = "running"
         report.seconds = time.perf_counter() - started
+        report.rebuilt = list(self._rebuilt)
         return report
 
     def _repair_changelogs(self, report: RestoreReport) -> None:
