@@ -80,6 +80,7 @@ def test_crc32c_matches_its_check_value_with_and_without_the_cpu_instruction() -
 def test_seal_and_unseal_round_trip_and_refuse_any_change() -> None:
     stored = seal(b"k", b"v")
     assert stored[:-4] == b"v" and stored[-4:] == crc32c(b"kv").to_bytes(4, "little")
+    assert stored == bytes.fromhex("76 10 8a 37 8f")  # the example of docs/formats.md
     assert unseal(b"k", stored) == b"v" and unseal(b"k", None) is None
     assert unseal(b"k", seal(b"k", b"")) == b""  # an empty value is 4 bytes stored
     for bad_key, bad in ((b"j", stored), (b"k", stored[:3]), (b"k", b"w" + stored[1:])):
