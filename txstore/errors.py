@@ -10,6 +10,8 @@ subclasses, with the same messages.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TxStoreError(Exception):
     """Base class of every error raised by txstore."""
@@ -124,6 +126,10 @@ class DamagedFileError(StorageError):
         self.reason = reason
         self.database = database
         self.key = key
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # picklable (a Spark worker's error reaches the driver): its arguments, then its fields
+        return (type(self), (self.path, self.reason), {"database": self.database, "key": self.key})
 
 
 class PartitionDataLostError(StorageError):

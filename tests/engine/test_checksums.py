@@ -10,6 +10,7 @@ again (cleanly closed before, so the page walk does not run and the checksum is 
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,3 +222,12 @@ def test_an_atomic_read_checks_too(written: Path) -> None:
                 part.read_atomic([b"s"], lambda r: r.read_range(b"s", b"a", b"z", False, 10))
             assert part.read_atomic([b"s"], lambda r: r.get(b"s", b"key-1")) == ROWS[b"key-1"]
     assert not os.path.exists(written / "damaged-stores")  # a reader records nothing
+
+
+def test_the_error_names_its_entry_and_survives_pickling() -> None:
+    """A Spark worker's error reaches the driver pickled: the entry's fields come along."""
+    err = DamagedFileError("/p/data/data.mdb", "checksum mismatch", database="s", key=b"k")
+    again = pickle.loads(pickle.dumps(err))
+    assert (again.path, again.database, again.key, str(again)) == (
+        err.path, "s", b"k", str(err),
+    )  # fmt: skip
