@@ -210,6 +210,15 @@ static PyObject *map_rows(PyObject *rows, PyObject *(*fn)(PyObject *, PyObject *
                 Py_DECREF(out);
                 return NULL;
             }
+            if (in_place && Py_REFCNT(row) == 1) {
+                /* The list holds the only reference (a fresh row from py-lmdb): replace the
+                 * value inside it, saving a tuple (about a quarter of the cost of a row). */
+                if (PyTuple_SetItem(row, 1, nval) < 0) { /* steals nval, releases val */
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                continue;
+            }
             nrow = PyTuple_New(2);
             if (nrow == NULL) {
                 Py_DECREF(nval);
