@@ -9,7 +9,7 @@ wheel per platform for Python 3.11 and later.
 import sys
 import sysconfig
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 STABLE_ABI = (
     sys.implementation.name == "cpython"
@@ -17,7 +17,17 @@ STABLE_ABI = (
     and not sysconfig.get_config_var("Py_GIL_DISABLED")  # a free-threaded build
 )
 
+#: The entry checksums (csrc/checksums.c): a plain CPython extension on the stable ABI, because
+#: their hot paths cannot afford a cffi call (see that file).
+CHECKSUMS = Extension(
+    "txstore._checksums",
+    ["csrc/checksums.c"],
+    py_limited_api=STABLE_ABI,
+    extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
+)
+
 setup(
     cffi_modules=["csrc/build_ffi.py:ffibuilder"],
+    ext_modules=[CHECKSUMS],
     options={"bdist_wheel": {"py_limited_api": "cp311"}} if STABLE_ABI else {},
 )

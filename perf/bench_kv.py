@@ -39,7 +39,11 @@ The garbage collector is off inside timed sections (as in :mod:`timeit`), on in 
 Run ``python perf/bench_kv.py [--quick] [--json PATH]``. The output ends with seven
 ``figure:`` lines: ``kv_put_commit_vs_lmdb`` (goal >= 0.7), ``kv_put_commit_vs_quix`` (>= 1.5),
 ``kv_get_vs_lmdb`` (>= 0.75), ``kv_get_vs_quix`` (>= 3), ``kv_merged_scan_rows_per_s``
-(>= 2,000,000), ``recover_ms_ratio_large_small`` (<= 1.5) and ``spill_rss_growth_mib`` (<= 64).
+(>= 2,000,000), ``recover_ms_ratio_large_small`` (<= 1.5) and ``spill_rss_growth_mib`` (<= 64),
+then four of entry checksums (issue 24; the same store with ``checksums=False`` side by side,
+100k keys): ``checksum_get_overhead``, ``checksum_put_commit_overhead`` and
+``checksum_scan_overhead`` (time with / time without, goal <= 1.05 each) and
+``checksum_bytes_per_entry`` (<= 4).
 The JSON record (``_record.py``; default ``perf/out/kv.json``) holds them, every round's timings,
 the spill child's memory readings and the environment.
 """
@@ -855,6 +859,136 @@ def section_spill(cfg: Config, work: Workdir, fig: Figures) -> None:
     fig.spill_growth_mib = (peak["VmRSS"] - base["VmRSS"]) / 1024 - budget_mib
 
 
+# --------------------------------------------------------------------------- checksums
+
+
+@dataclass
+class ChecksumFigures:
+    """Entry checksums on against off (issue 24): time with / time without, and the bytes a
+    checksum adds to each stored entry."""
+
+    get: float = 0.0
+    put_commit: float = 0.0
+    scan: float = 0.0
+    bytes_per_entry: float = 0.0
+    timings: dict[str, tuple[Mapping[str, Any], str]] = field(default_factory=dict)
+
+    def record(self, record: Record) -> None:
+        for section, (timings, per) in self.timings.items():
+            record.add_timings(section, timings, per=per)
+        for name, value in (
+            ("checksum_get_overhead", self.get),
+            ("checksum_put_commit_overhead", self.put_commit),
+            ("checksum_scan_overhead", self.scan),
+        ):
+            record.figure(name, value, "x", digits=3, based_on=[name.split("_", 1)[1]])
+        record.figure("checksum_bytes_per_entry", self.bytes_per_entry, "B", digits=1)
+
+
+def _stored_value_bytes(path: str) -> tuple[int, int]:
+    """(entries, stored value bytes) of the benchmark store, read raw with py-lmdb."""
+    env = lmdb.open(os.path.join(path, "data"), readonly=True, lock=False, max_dbs=8)
+    try:
+        with env.begin() as txn:
+            cur = txn.cursor(env.open_db(STORE.encode(), txn=txn, create=False))
+            sizes = [len(v) for v in cur.iternext(keys=False)]
+    finally:
+        env.close()
+    return len(sizes), sum(sizes)
+
+
+def section_checksums(cfg: Config, data: Data, work: Workdir, ck: ChecksumFigures) -> None:
+    """The same store with entry checksums (the default) and without (``checksums=False``,
+    the legacy layout), side by side: typed put + commit, typed get, bytes-level scan of the
+    committed store, and the stored bytes per entry."""
+    n = min(cfg.n, 100_000)
+    items = data.items[:n]
+    label = {True: "checksums on", False: "checksums off"}
+    both = (True, False)
+
+    def put_commit(on: bool) -> Callable[[], Phases]:
+        def run() -> Phases:
+            path = work.fresh(f"ck-put-{on}")
+            db, store = open_txstore(path, checksums=on)
+            try:
+                t0 = now()
+                for k, v in items:
+                    store.put(k, v)
+                t1 = now()
+                store.commit(1)
+                t2 = now()
+            finally:
+                db.close()
+            return {"put": t1 - t0, "commit": t2 - t1}
+
+        return run
+
+    puts = compare_staged({label[on]: put_commit(on) for on in both}, n, cfg.rounds)
+    paths: dict[bool, str] = {}
+    stores: dict[bool, KeyValueStore[bytes, bytes]] = {}
+    dbs: list[Database] = []
+    try:
+        for on in both:
+            paths[on] = work.fresh(f"ck-read-{on}")
+            db, store = open_txstore(paths[on], checksums=on)
+            dbs.append(db)
+            for i in range(0, n, LOAD_BATCH):
+                store.put_all(items[i : i + LOAD_BATCH])
+                store.commit(i + 1)
+            assert store.get(items[0][0]) == items[0][1]
+            stores[on] = store
+        lookup = [k for k, _ in items]
+        random.Random(7).shuffle(lookup)
+        lookup = lookup[: cfg.get_keys]
+
+        def get(store: KeyValueStore[bytes, bytes]) -> Callable[[], None]:
+            return lambda: consume(map(store.get, lookup))
+
+        def scan(store: KeyValueStore[bytes, bytes]) -> Callable[[], None]:
+            inner = bytes_level(store)
+            return lambda: consume(inner.all())
+
+        gets = compare(
+            {label[on]: get(stores[on]) for on in both},
+            len(lookup),
+            Settings(repeats=cfg.rounds, target_ns=1, warmup=1),
+        )
+        scans = compare(
+            {label[on]: scan(stores[on]) for on in both},
+            n,
+            Settings(repeats=cfg.rounds, target_ns=cfg.scan_target_ns, warmup=1),
+        )
+    finally:
+        for db in dbs:
+            db.close()
+    (n_on, bytes_on), (n_off, bytes_off) = (_stored_value_bytes(paths[on]) for on in both)
+    assert n_on == n_off == n
+    ck.bytes_per_entry = (bytes_on - bytes_off) / n
+    ck.put_commit = puts[label[True]]["total"].median_ns / puts[label[False]]["total"].median_ns
+    ck.get = gets[label[True]].median_ns / gets[label[False]].median_ns
+    ck.scan = scans[label[True]].median_ns / scans[label[False]].median_ns
+    ck.timings["checksums_put_commit"] = (puts, "put")
+    ck.timings["checksums_get"] = (gets, "get")
+    ck.timings["checksums_scan"] = (scans, "row")
+    print()
+    print(
+        f"Entry checksums on / off ({n:,} keys; CRC32C trailer of 4 bytes, checked on every "
+        "read): typed put + commit (fsync), typed get, bytes-level scan of committed data"
+    )
+    rows: list[tuple[str, Timing, bool]] = []
+    for on in both:
+        rows.append(("put + commit", puts[label[on]]["total"], on))
+    rows += [("get", gets[label[on]], on) for on in both]
+    rows += [("scan (committed)", scans[label[on]], on) for on in both]
+    print(
+        table(
+            ["operation", "variant", "ns/item", "noise"],
+            [[op, label[on], f"{t.median_ns:,.1f}", noise(t)] for op, t, on in rows],
+        )
+    )
+    print(f"  stored value bytes per entry: +{ck.bytes_per_entry:.1f} with checksums")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="short run (under a minute)")
@@ -897,6 +1031,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"random order; {cfg.rounds} interleaved rounds, medians; GC off in timed sections"
     )
     fig = Figures()
+    ck = ChecksumFigures()
     work = Workdir(args.dir)
     try:
         data = Data.make(n)
@@ -905,6 +1040,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("get + scan", lambda: section_reads(cfg, data, work, fig)),
             ("recover", lambda: section_recover(cfg, data, work, fig)),
             ("spill", lambda: section_spill(cfg, work, fig)),
+            ("checksums", lambda: section_checksums(cfg, data, work, ck)),
         ]
         took = []
         for label, section in sections:
@@ -917,12 +1053,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Goals (figures: the typed store with bytes serdes; the scan figure: bytes level)")
     for label, value, ok in fig.goals():
         print(f"  {label:34s} {value:>14,.2f}  {'met' if ok else 'MISSED'}")
+    for label, value, goal in (
+        ("checksum get overhead <= 1.05", ck.get, 1.05),
+        ("checksum put+commit overhead <= 1.05", ck.put_commit, 1.05),
+        ("checksum scan overhead <= 1.05", ck.scan, 1.05),
+        ("checksum bytes per entry <= 4", ck.bytes_per_entry, 4),
+    ):
+        print(f"  {label:34s} {value:>14,.3f}  {'met' if value <= goal else 'MISSED'}")
     print()
     print(
         f"elapsed {time.perf_counter() - started:.0f} s ({', '.join(took)}), "
         f"load {os.getloadavg()[0]:.2f}"
     )
     fig.record(record)
+    ck.record(record)
     record.finish(args.json)
     return 0
 

@@ -22,7 +22,11 @@ Values go through each store's own serializer (txstore: ``Serdes.string()``; Qui
 JSON ``dumps``/``loads``), keys are the same strings (Quix takes the UTF-8 bytes as its prefix).
 Quix Streams is driven standalone: no Kafka broker, no changelog producer.
 
-Run ``python perf/bench_window.py [--quick] [--json PATH]``. The output ends with three
+* **entry checksums** (issue 24): the same window store with checksums (the default) and
+  without (``checksums=False``), put + commit and fetches (the writer's, a read-committed
+  view's): ``window_checksum_*_overhead``, time with / time without (goal <= 1.05).
+
+Run ``python perf/bench_window.py [--quick] [--json PATH]``. The output ends with six
 ``figure:`` lines; the JSON record (``_record.py``; default ``perf/out/window.json``) holds them,
 every round's timings and the environment.
 """
@@ -136,6 +140,60 @@ def bench_speed(root: str, n_keys: int, settings: Settings) -> dict[str, Any]:
     return {"puts": puts, "fetches": fetches, "dirty": dirty}
 
 
+def bench_checksums(root: str, n_keys: int, settings: Settings) -> dict[str, Any]:
+    """Entry checksums on (the default) against off (``checksums=False``, the legacy layout):
+    the same window store in two partitions, put + commit and single-key fetches (the
+    writer's and a read-committed view's), interleaved (issue 24)."""
+    keys = [f"user-{i:06d}" for i in range(n_keys)]
+    label = {True: "checksums on", False: "checksums off"}
+    dbs, stores, views = [], {}, {}
+    for on in (True, False):
+        db = txstore.open(os.path.join(root, f"checksums-{on}"), checksums=on)
+        dbs.append(db)
+        stores[on] = Stores.window_store_builder(
+            Stores.persistent_window_store("w", RETENTION, SIZE, False),
+            Serdes.string(),
+            Serdes.string(),
+        ).build(db)
+    offset = [0]
+
+    def put(on: bool) -> Any:
+        store = stores[on]
+
+        def run() -> None:
+            for start in STARTS:
+                for k in keys:
+                    store.put(k, VALUE, start)
+            offset[0] += 1
+            store.commit(offset[0])
+
+        return run
+
+    def fetch(source: Any) -> Any:
+        def run() -> None:
+            f = source.fetch
+            for k in keys:
+                with f(k, 0, 60_000) as it:
+                    deque(it, maxlen=0)
+
+        return run
+
+    try:
+        puts = compare({label[on]: put(on) for on in (True, False)}, n_keys * len(STARTS), settings)
+        for on in (True, False):
+            views[on] = stores[on].read_committed()
+            with stores[on].fetch(keys[0], 0, 60_000) as it:
+                assert len(list(it)) == 4
+        fetches = compare({label[on]: fetch(stores[on]) for on in (True, False)}, n_keys, settings)
+        viewed = compare({label[on]: fetch(views[on]) for on in (True, False)}, n_keys, settings)
+    finally:
+        for view in views.values():
+            view.close()
+        for db in dbs:
+            db.close()
+    return {"puts": puts, "fetches": fetches, "views": viewed}
+
+
 def bench_bytes(root: str, n_keys: int) -> tuple[float, float]:
     """Stored bytes per record: timestamped-with-headers minus plain-with-headers."""
     headers = Headers([("trace-id", b"0123456789abcdef")])
@@ -198,6 +256,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_window_") as root:
         r = bench_speed(root, n_keys, settings)
         by_values, by_pages = bench_bytes(root, n_keys)
+        ck = bench_checksums(root, n_keys, settings)
     puts, fetches = r["puts"], r["fetches"]
     q_put, t_put = puts["quix"], puts["txstore"]
     q_fetch, t_fetch = fetches["quix"], fetches["txstore"]
@@ -240,7 +299,33 @@ def main() -> None:
         based_on=["fetch/quix", "fetch/txstore"],
     )
     record.figure("plain_headers_bytes_saved_per_record", by_values, "B", digits=0)
+    checksum_figures(ck, record)
     record.finish(args.json)
+
+
+def checksum_figures(ck: dict[str, Any], record: Record) -> None:
+    """Print the checksums on/off table and record its figures (time with / time without;
+    goal <= 1.05 each)."""
+    print("entry checksums on / off (the same window store; time with / time without):")
+    rows = []
+    for key, what in (("puts", "put + commit"), ("fetches", "fetch"), ("views", "fetch, view")):
+        on, off = ck[key]["checksums on"], ck[key]["checksums off"]
+        spread = max(on.spread, off.spread)
+        rows.append(
+            [what, fmt_ns(on.median_ns), fmt_ns(off.median_ns),
+             f"{on.median_ns / off.median_ns:.3f}", f"{spread:.0%}"]
+        )  # fmt: skip
+    print(table(["operation", "on", "off", "on / off", "spread"], rows))
+    record.add_timings("checksums_put_commit", ck["puts"], per="put")
+    record.add_timings("checksums_fetch", ck["fetches"], per="fetch")
+    record.add_timings("checksums_fetch_view", ck["views"], per="fetch")
+    for name, key, series in (
+        ("window_checksum_put_commit_overhead", "puts", "checksums_put_commit"),
+        ("window_checksum_fetch_overhead", "fetches", "checksums_fetch"),
+        ("window_checksum_view_fetch_overhead", "views", "checksums_fetch_view"),
+    ):
+        value = ck[key]["checksums on"].median_ns / ck[key]["checksums off"].median_ns
+        record.figure(name, value, "x", digits=3, based_on=[series])
 
 
 def quix_version() -> str:

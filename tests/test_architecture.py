@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "txstore.version",
         "txstore.codecs",
         "txstore._codecs",
+        "txstore._checksums",
     ),
     ("txstore.engine",),
     ("txstore.bytestores",),
@@ -59,7 +60,7 @@ def module_name(path: Path) -> str:
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 #: Compiled modules (the cffi extension) count as modules of their layer.
-COMPILED = ("txstore._codecs",)
+COMPILED = ("txstore._codecs", "txstore._checksums")
 
 
 def owner(module: str) -> tuple[int, str]:

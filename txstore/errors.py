@@ -10,6 +10,8 @@ subclasses, with the same messages.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TxStoreError(Exception):
     """Base class of every error raised by txstore."""
@@ -105,9 +107,16 @@ class DamagedFileError(StorageError):
     the process gets this error instead of dying of SIGBUS. ``path`` is the file, ``reason``
     what is wrong with it. Nothing was changed; restore the partition from its changelogs (open
     it as a :class:`~txstore.runtime.task.Task` after moving the damaged ``data/`` away) or from
-    a snapshot."""
+    a snapshot.
 
-    def __init__(self, path: str, reason: str) -> None:
+    Also raised by a read of an entry whose checksum does not match (``docs/formats.md``, "Entry
+    checksums"): then ``database`` is the store's LMDB database (the store, or one of its
+    segments) and ``key`` the entry's key; a :class:`~txstore.runtime.task.Task` rebuilds that
+    store from its changelog at its next ``initialize()``."""
+
+    def __init__(
+        self, path: str, reason: str, *, database: str | None = None, key: bytes | None = None
+    ) -> None:
         super().__init__(
             f"damaged file {path!r}: {reason}. Nothing was changed; restore the partition from "
             "its changelogs (move its data/ directory away and open it as a Task) or from a "
@@ -115,6 +124,12 @@ class DamagedFileError(StorageError):
         )
         self.path = path
         self.reason = reason
+        self.database = database
+        self.key = key
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # picklable (a Spark worker's error reaches the driver): its arguments, then its fields
+        return (type(self), (self.path, self.reason), {"database": self.database, "key": self.key})
 
 
 class PartitionDataLostError(StorageError):

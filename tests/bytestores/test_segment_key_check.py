@@ -20,6 +20,7 @@ import pytest
 import txstore
 from tests.runtime.test_check_deep import SESSION_STORES, WINDOW_STORES, make_task_dir, open_task
 from txstore.bytestores import segment_check
+from txstore.engine.checksums import seal, unseal
 from txstore.engine.writer_lock import CLEAN_CLOSE
 from txstore.errors import DamagedFileError
 from txstore.runtime import admin
@@ -64,13 +65,17 @@ def segment_rows(path: Path, store: str) -> dict[bytes, list[tuple[bytes, bytes]
 
 
 def rewrite_key(path: Path, db: bytes, key: bytes, new: bytes) -> None:
-    """Replace ``key`` of database ``db`` by ``new`` with the same value (a flipped key byte)."""
+    """Replace ``key`` of database ``db`` by ``new`` with the same value (a flipped key byte),
+    its checksum trailer computed again for ``new``: the entry checksum would catch the flip
+    first (tests/engine/test_checksums.py); these tests are about the segment key check behind
+    it, which also guards partitions written without checksums."""
     env = lmdb.open(str(path / "data"), max_dbs=4096)
     try:
         with env.begin(write=True) as txn:
             handle = env.open_db(db, txn=txn, create=False)
             value = txn.get(key, db=handle)
             assert value is not None and txn.delete(key, db=handle)
+            value = seal(new, unseal(key, value) or b"")
             assert txn.put(new, value, db=handle, overwrite=False)
     finally:
         env.close()

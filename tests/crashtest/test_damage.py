@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,17 @@ from txstore import crashtest
 from txstore.cli.crashtest import config_from_args
 from txstore.crashtest.common import POSITION_KEY, RunConfig, open_task
 from txstore.crashtest.damage import (
+    ALL_KINDS,
     FILE_TYPES,
     KINDS,
+    LIVE_KINDS,
     PAGE,
     Damage,
     Target,
     apply_damage,
     damage_targets,
     hash_files,
+    live_entries,
     plan_damage,
     store_files,
 )
@@ -305,7 +309,7 @@ def test_damage_pass_classifies_every_trial_and_the_figures_add_up(tmp_path: Pat
     assert len(report.damage) == TRIALS, summary
     assert [t.index for t in report.damage] == list(range(TRIALS))
     for t in report.damage:
-        assert t.outcome in CLASSES and t.damage.kind in KINDS, t
+        assert t.outcome in CLASSES and t.damage.kind in ALL_KINDS, t
         assert t.damage.file_type in FILE_TYPES, t
         assert (t.damage.offset is None) == (t.damage.kind == "delete"), t
         if t.outcome == "refused":
@@ -345,3 +349,67 @@ def test_damage_pass_classifies_every_trial_and_the_figures_add_up(tmp_path: Pat
     left = sorted(p.name for p in (tmp_path / "work" / "damage").iterdir())
     assert all(name.endswith(".damaged") for name in left), left
     assert len(left) == sum(1 for t in report.damage if t.kept)
+
+
+# ---- damage inside live entries (issue 24) ---------------------------------------------------
+
+
+def _live_damages(path: Path) -> list[Damage]:
+    """One ``flip_value`` and one ``flip_key`` damage per store of ``path``, as drawn."""
+    entries = live_entries(path)
+    data = (path / "data" / "data.mdb").read_bytes()
+    target = [Target("data/data.mdb", "data.mdb", None)]
+    sizes = {"data/data.mdb": len(data)}
+    found: dict[tuple[str, str], Damage] = {}
+    for i in range(2000):
+        d = plan_damage(random.Random(f"live:{i}"), target, sizes, entries, data)
+        if d.kind in LIVE_KINDS and d.entry is not None:
+            store = d.entry.split(" ")[0].split(".")[0]
+            found.setdefault((store, d.kind), d)
+    return list(found.values())
+
+
+def test_live_flips_hit_the_values_and_keys_of_every_store(tmp_path: Path) -> None:
+    config, _ = _partition(tmp_path)
+    path = Path(config.path)
+    stores = {e.db.decode().split(".")[0] for e in live_entries(path)}
+    assert {"counts", "crashtest_position"} <= stores
+    damages = _live_damages(path)
+    assert {(d.entry or "").split(" ")[0].split(".")[0] for d in damages} == stores
+    assert {d.kind for d in damages} == set(LIVE_KINDS)
+    before = (path / "data" / "data.mdb").read_bytes()
+    for d in damages:
+        assert d.file_type == "data.mdb" and d.store is None and d.flips
+        copy = tmp_path / f"copy-{d.kind}-{d.offset}"
+        shutil.copytree(path, copy)
+        apply_damage(copy, d)
+        after = (copy / "data" / "data.mdb").read_bytes()
+        assert [i for i in range(len(before)) if before[i] != after[i]] == [p for p, _ in d.flips]
+
+
+def test_a_live_flip_is_healed_or_refused_never_a_silent_divergence(tmp_path: Path) -> None:
+    """Each store's value flip in a damage trial: the reopened task's read finds the checksum
+    mismatch, the task is opened again and rebuilds the store from its changelog (exact, with
+    a note), or the damage is refused; never a wrong value."""
+    config, model = _partition(tmp_path)
+    workload = config.build_workload()
+    position = max(i + 1 for i in range(300) if workload.commit_after(i))
+    model.advance(position)
+    damages = [d for d in _live_damages(Path(config.path)) if d.kind == "flip_value"]
+    outcomes = []
+    for n, d in enumerate(damages):
+        p = _pass(tmp_path / f"p{n}", config)
+        p.after_kill(0, "random")
+        pending = p.pending[0]
+        shutil.rmtree(pending.copy)
+        shutil.copytree(
+            config.path, pending.copy, ignore=shutil.ignore_patterns("writer.lock", "lock.mdb")
+        )
+        apply_damage(pending.copy, d)
+        pending.trial.damage = d
+        pending.lmdb_healthy = []  # data.mdb was damaged
+        p.run_pending(position, model, _offsets(config))
+        (trial,) = p.trials
+        assert trial.outcome in ("exact", "refused"), trial
+        outcomes.append((trial.outcome, trial.note))
+    assert any(o == "exact" and note.startswith("healed") for o, note in outcomes), outcomes

@@ -27,6 +27,7 @@ from txstore import (
     Windowed,
 )
 from txstore.changelog.log import FileChangelog
+from txstore.engine import checksums
 from txstore.runtime import admin
 from txstore.runtime.task import Task
 
@@ -186,9 +187,12 @@ def test_a_healthy_task_passes_for_every_store_kind_and_format(healthy: Path) ->
 # ---- damage -------------------------------------------------------------------------------
 
 
-def lmdb_put(path: Path, db: bytes, key: bytes, value: bytes | None) -> None:
+def lmdb_put(path: Path, db: bytes, key: bytes, value: bytes | None, seal: bool = True) -> None:
     """Write (None: delete) one row of the named database ``db`` of partition ``path``
-    directly, as a stray writer or a bad restore would, bypassing txstore."""
+    directly, as a stray writer or a bad restore would, bypassing txstore. Its entry checksum
+    is computed as txstore's writes compute it (``seal``): the entry is well-formed and only
+    the deep check can tell it is wrong (a flipped byte, which breaks the checksum, is found
+    by the plain check: ``test_flipped_bytes_in_the_lmdb_file_are_found``)."""
     env = lmdb.open(str(path / "data"), max_dbs=4096, subdir=True)
     try:
         with env.begin(write=True) as txn:
@@ -196,26 +200,29 @@ def lmdb_put(path: Path, db: bytes, key: bytes, value: bytes | None) -> None:
             if value is None:
                 assert txn.delete(key, db=handle), f"no key {key!r} in {db!r}"
             else:
-                txn.put(key, value, db=handle)
+                txn.put(key, checksums.seal(key, value) if seal else value, db=handle)
     finally:
         env.close()
 
 
 def lmdb_get(path: Path, db: bytes, key: bytes) -> bytes | None:
+    """The value of ``key`` in ``db``, read directly (its checksum checked and stripped)."""
     env = lmdb.open(str(path / "data"), max_dbs=4096, subdir=True, readonly=True, lock=False)
     try:
         with env.begin() as txn:
             value: bytes | None = txn.get(key, db=env.open_db(db, txn=txn, create=False))
-            return value
+            return checksums.unseal(key, value)
     finally:
         env.close()
 
 
 def lmdb_rows(path: Path, db: bytes) -> list[tuple[bytes, bytes]]:
+    """The rows of ``db``, read directly (checksums checked and stripped)."""
     env = lmdb.open(str(path / "data"), max_dbs=4096, subdir=True, readonly=True, lock=False)
     try:
         with env.begin() as txn:
-            return list(txn.cursor(db=env.open_db(db, txn=txn, create=False)))
+            rows = list(txn.cursor(db=env.open_db(db, txn=txn, create=False)))
+            return checksums.unseal_rows(rows)
     finally:
         env.close()
 
@@ -343,8 +350,10 @@ def test_a_changed_row_of_a_retain_duplicates_store_is_reported(tmp_path: Path) 
 
 
 def test_flipped_bytes_in_the_lmdb_file_are_found(tmp_path: Path) -> None:
-    """Issue 15, item 4: LMDB has no checksums, so a flipped byte in a data page changes a
-    stored value silently and the plain check reads it fine. The deep check finds it."""
+    """Issue 15, item 4: LMDB has no checksums, so a flipped byte in a data page changed a
+    stored value silently and the plain check read it fine; only the deep check found it.
+    Issue 24: every entry carries a checksum, so the plain check finds it too, naming the
+    database and key, and the deep check reports it rather than comparing a damaged value."""
     path = fresh(tmp_path)
     key, value = lmdb_rows(path, b"kv_headers")[0]
     assert value.endswith(b"v" + value.rpartition(b"v")[2])  # ends with the string "v<i>"
@@ -357,12 +366,15 @@ def test_flipped_bytes_in_the_lmdb_file_are_found(tmp_path: Path) -> None:
         at = data.find(value, at + 1)
     assert flipped >= 1
     (path / "data" / "data.mdb").write_bytes(bytes(data))
-    assert lmdb_get(path, b"kv_headers", key) != value
-    assert admin.check(path).ok  # what issue 15 reported: nothing
-    report = admin.check(path, deep=True)
-    assert [(p.what, p.key) for p in report.problems] == [
-        ("store 'kv_headers': value differs", key)
-    ], problems(report)
+    with pytest.raises(checksums.ChecksumError):
+        lmdb_get(path, b"kv_headers", key)
+    for report in (admin.check(path), admin.check(path, deep=True)):
+        assert report.checksums_verified > 0
+        found = [(p.what, p.key) for p in report.problems if p.key is not None]
+        assert found == [("store database 'kv_headers'", key)], problems(report)
+        assert "checksum mismatch at key " + key.hex() in report.problems[0].detail
+        # the store's own read stops at the damaged entry too (a typed error, not its value)
+        assert all("kv_headers" in p.what for p in report.problems), problems(report)
 
 
 def test_rows_of_expired_segments_are_expected_absent(healthy: Path, tmp_path: Path) -> None:

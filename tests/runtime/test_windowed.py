@@ -39,6 +39,7 @@ from txstore import (
     codecs,
 )
 from txstore.changelog.log import FileChangelog
+from txstore.engine import checksums
 from txstore.runtime.task import Task
 from txstore.runtime.windowed_tables import (
     Materialized,
@@ -190,7 +191,8 @@ def store_bytes(path: Path, name: str) -> dict[bytes, list[tuple[bytes, bytes]]]
             for db_name in names:
                 if db_name == name.encode() or db_name.startswith(name.encode() + b"."):
                     db = env.open_db(db_name, txn=txn, create=False)
-                    out[db_name] = list(txn.cursor(db))
+                    # the stored rows, checksums checked and stripped: the Kafka-format bytes
+                    out[db_name] = checksums.unseal_rows(list(txn.cursor(db)))
         return out
     finally:
         env.close()

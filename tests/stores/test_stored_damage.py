@@ -7,9 +7,12 @@ back as it is and only the decoder notices. The decoder's
 file or key, so ``txstore crashtest --damage`` counted it as untyped. Each test writes a real
 LMDB file, closes it, damages the bytes of one stored value in the file, reopens it and reads
 through every path: the error must be a ``SerializationError`` whose message names the store,
-the partition's ``data/data.mdb`` and the key. A damaged *page* (LMDB's own ``MDB_CORRUPTED``)
-must be a :class:`~txstore.errors.DamagedFileError` naming ``data.mdb``, not the partition
-directory (nor, in a snapshot, a ``SnapshotInvalidatedError``).
+the partition's ``data/data.mdb`` and the key. That is the guard of a partition written without
+entry checksums (``checksums=False``, the legacy layout); with checksums (the default since
+issue 24) the same flips are caught before any decoder, as a ``DamagedFileError`` naming the
+store's database, the key (hex) and ``data.mdb``: each test runs both ways. A damaged *page*
+(LMDB's own ``MDB_CORRUPTED``) must be a :class:`~txstore.errors.DamagedFileError` naming
+``data.mdb``, not the partition directory (nor, in a snapshot, a ``SnapshotInvalidatedError``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from txstore import (
     ValueTimestampHeaders,
     Windowed,
 )
+from txstore.errors import DamagedFileError
 
 ROOT = str(Path(__file__).resolve().parents[2])
 PAGE = 4096
@@ -59,12 +63,32 @@ def drain(it: Any) -> list[Any]:
         return list(it)
 
 
+#: Each damage test runs on a legacy partition (no entry checksums: the decoder finds the
+#: damage) and on a checksummed one (the checksum finds it first).
+BOTH = pytest.mark.parametrize("checksums", [False, True], ids=["legacy", "checksums"])
+
+
 def assert_names_damage(
-    read: Callable[[], Any], store: str, file: Path, key: str | tuple[str, ...]
-) -> SerializationError:
+    read: Callable[[], Any],
+    store: str,
+    file: Path,
+    key: str | tuple[str, ...],
+    checksums: bool = False,
+    raw: bytes = b"",
+) -> Exception:
     """``read()`` raises a ``SerializationError`` naming ``store``, ``file`` and ``key`` (or
     one of several: a range read names the range or the stored key, as its rows are decoded
-    at once or one by one)."""
+    at once or one by one). On a checksummed partition: a ``DamagedFileError`` naming
+    ``file``, a database of ``store`` and a stored key starting with ``raw``, in hex."""
+    if checksums:
+        with pytest.raises(DamagedFileError) as damaged:
+            read()
+        err = damaged.value
+        assert err.path == str(file) and "data.mdb" in str(err)
+        assert err.database is not None and err.database.split(".")[0] == store
+        assert err.key is not None and err.key.startswith(raw) and err.key.hex() in str(err)
+        assert "checksum mismatch" in str(err)
+        return err
     with pytest.raises(SerializationError) as info:
         read()
     message = str(info.value)
@@ -75,14 +99,16 @@ def assert_names_damage(
     return info.value
 
 
-def test_a_flipped_value_byte_names_store_file_and_key(tmp_path: Path) -> None:
-    with txstore.open(tmp_path) as db:
+@BOTH
+def test_a_flipped_value_byte_names_store_file_and_key(tmp_path: Path, checksums: bool) -> None:
+    with txstore.open(tmp_path, checksums=checksums) as db:
         users = db.key_value_store("users", Serdes.string(), Serdes.string())
         users.put("ada", MARK)
         users.put("bob", "fine")
         users.commit(changelog_offset=1)
     patch_file(data_mdb(tmp_path), MARK.encode(), 0, 0xFF)  # not valid UTF-8 any more
     file = data_mdb(tmp_path)
+    ck = (checksums, b"ada")
     with txstore.open(tmp_path) as db:
         users = db.key_value_store("users", Serdes.string(), Serdes.string())
         assert users.get("bob") == "fine"
@@ -90,21 +116,22 @@ def test_a_flipped_value_byte_names_store_file_and_key(tmp_path: Path) -> None:
         def scan(view: Any) -> list[Any]:
             return drain(view.all())
 
-        err = assert_names_damage(lambda: users.get("ada"), "users", file, "'ada'")
-        assert "not valid UTF-8" in str(err)
-        assert_names_damage(lambda: scan(users), "users", file, "b'ada'")
+        err = assert_names_damage(lambda: users.get("ada"), "users", file, "'ada'", *ck)
+        assert checksums or "not valid UTF-8" in str(err)
+        assert_names_damage(lambda: scan(users), "users", file, "b'ada'", *ck)
         with users.read_committed() as view:  # every view and snapshot closed here
-            assert_names_damage(lambda: view.get("ada"), "users", file, "'ada'")
+            assert_names_damage(lambda: view.get("ada"), "users", file, "'ada'", *ck)
         with users.snapshot() as snap:
-            assert_names_damage(lambda: scan(snap), "users", file, "b'ada'")
+            assert_names_damage(lambda: scan(snap), "users", file, "b'ada'", *ck)
         with users.read_committed() as view, view.snapshot() as view_snap:
-            assert_names_damage(lambda: scan(view_snap), "users", file, "b'ada'")
-        assert_names_damage(lambda: users.put_if_absent("ada", "x"), "users", file, "'ada'")
-        assert_names_damage(lambda: users.delete("ada"), "users", file, "'ada'")
+            assert_names_damage(lambda: scan(view_snap), "users", file, "b'ada'", *ck)
+        assert_names_damage(lambda: users.put_if_absent("ada", "x"), "users", file, "'ada'", *ck)
+        assert_names_damage(lambda: users.delete("ada"), "users", file, "'ada'", *ck)
 
 
-def test_damaged_headers_name_store_file_and_key(tmp_path: Path) -> None:
-    with txstore.open(tmp_path) as db:
+@BOTH
+def test_damaged_headers_name_store_file_and_key(tmp_path: Path, checksums: bool) -> None:
+    with txstore.open(tmp_path, checksums=checksums) as db:
         events = db.key_value_store(
             "events", Serdes.string(), Serdes.string(), format=ValueFormat.HEADERS
         )
@@ -116,48 +143,59 @@ def test_damaged_headers_name_store_file_and_key(tmp_path: Path) -> None:
         events = db.key_value_store(
             "events", Serdes.string(), Serdes.string(), format=ValueFormat.HEADERS
         )
-        err = assert_names_damage(lambda: events.get("e1"), "events", data_mdb(tmp_path), "e1")
-        assert "headers" in str(err)
+        err = assert_names_damage(
+            lambda: events.get("e1"), "events", data_mdb(tmp_path), "e1", checksums, b"e1"
+        )
+        assert checksums or "headers" in str(err)
 
 
-def test_window_store_reads_name_the_damage(tmp_path: Path) -> None:
+@BOTH
+def test_window_store_reads_name_the_damage(tmp_path: Path, checksums: bool) -> None:
     kw: dict[str, Any] = {"window_size": 10, "retention_period": 1_000_000}
-    with txstore.open(tmp_path) as db:
+    with txstore.open(tmp_path, checksums=checksums) as db:
         w = db.window_store("clicks", Serdes.string(), Serdes.string(), **kw)
         w.put("k", MARK, 100)
         w.put("other", "fine", 100)
         w.commit(changelog_offset=1)
     patch_file(data_mdb(tmp_path), MARK.encode(), 3, 0xC0)
     file = data_mdb(tmp_path)
+    ck = (checksums, b"k")
     with txstore.open(tmp_path) as db:
         w = db.window_store("clicks", Serdes.string(), Serdes.string(), **kw)
         assert drain(w.fetch("other", 0, 200))[0].value == "fine"
-        assert_names_damage(lambda: w.fetch("k", 100), "clicks", file, "'k'")
-        assert_names_damage(lambda: drain(w.fetch("k", 0, 200)), "clicks", file, "'k'")
-        assert_names_damage(lambda: drain(w.backward_fetch("k", 0, 200)), "clicks", file, "'k'")
-        assert_names_damage(lambda: drain(w.all()), "clicks", file, "b'k")
-        assert_names_damage(lambda: drain(w.fetch_all(0, 200)), "clicks", file, "b'k")
+        assert_names_damage(lambda: w.fetch("k", 100), "clicks", file, "'k'", *ck)
+        assert_names_damage(lambda: drain(w.fetch("k", 0, 200)), "clicks", file, "'k'", *ck)
+        assert_names_damage(
+            lambda: drain(w.backward_fetch("k", 0, 200)), "clicks", file, "'k'", *ck
+        )
+        assert_names_damage(lambda: drain(w.all()), "clicks", file, "b'k", *ck)
+        assert_names_damage(lambda: drain(w.fetch_all(0, 200)), "clicks", file, "b'k", *ck)
         with w.read_committed() as view:
-            assert_names_damage(lambda: drain(view.fetch("k", 0, 200)), "clicks", file, "'k'")
+            assert_names_damage(lambda: drain(view.fetch("k", 0, 200)), "clicks", file, "'k'", *ck)
 
 
-def test_session_store_reads_name_the_damage(tmp_path: Path) -> None:
-    with txstore.open(tmp_path) as db:
+@BOTH
+def test_session_store_reads_name_the_damage(tmp_path: Path, checksums: bool) -> None:
+    with txstore.open(tmp_path, checksums=checksums) as db:
         s = db.session_store("sessions", Serdes.string(), Serdes.string(), retention_period=10**6)
         s.put(Windowed("k", SessionWindow(10, 20)), MARK)
         s.commit(changelog_offset=1)
     patch_file(data_mdb(tmp_path), MARK.encode(), 5, 0xFE)
     file = data_mdb(tmp_path)
+    ck = (checksums, b"k")
     with txstore.open(tmp_path) as db:
         s = db.session_store("sessions", Serdes.string(), Serdes.string(), retention_period=10**6)
-        assert_names_damage(lambda: s.fetch_session("k", 10, 20), "sessions", file, "'k'")
-        assert_names_damage(lambda: drain(s.fetch("k")), "sessions", file, "'k'")
-        assert_names_damage(lambda: drain(s.find_sessions("k", 0, 100)), "sessions", file, "'k'")
+        assert_names_damage(lambda: s.fetch_session("k", 10, 20), "sessions", file, "'k'", *ck)
+        assert_names_damage(lambda: drain(s.fetch("k")), "sessions", file, "'k'", *ck)
+        assert_names_damage(
+            lambda: drain(s.find_sessions("k", 0, 100)), "sessions", file, "'k'", *ck
+        )
         assert_names_damage(
             lambda: drain(s.find_sessions("a", "z", 0, 100)),
             "sessions",
             file,
             ("('a', 'z')", "b'k"),
+            *ck,
         )
 
 

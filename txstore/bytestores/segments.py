@@ -367,9 +367,8 @@ class SegmentedBytesStore(SegmentedReads):
                 seg = self._live[sid]
                 ov = seg.ov
                 if seg.fmt is fmt and (ov is None or not ov.layered):
-                    # The common case: nothing to convert, nothing spilled or dropped. The
-                    # committed rows: forward, through the writer's cursor on the segment with
-                    # read_range's loop inlined.
+                    # The common case (nothing to convert, spilled or dropped): committed rows
+                    # forward through the writer's cursor (read_range's loop inlined, checked).
                     cur = None if reverse else self.partition.writer_cursors.get(seg.db)
                     if cur is None:
                         rows, more = self.partition.read_range(
@@ -389,6 +388,7 @@ class SegmentedBytesStore(SegmentedReads):
                                     return None
                                 room -= 1
                                 append(row)
+                        self.partition.verify_rows(seg.db, rows)
                     if ov is not None and ov.mem:  # then the staged rows over them
                         staged = ov.read_small(lo, hi, SMALL_READ_LIMIT)
                         if staged is None:

@@ -147,6 +147,7 @@ def _offsets(path: str, as_json: bool, json_lines: bool) -> int:
 def _check(
     path: str,
     deep: bool,
+    add_checksums: bool,
     partitions: frozenset[int] | None,
     as_json: bool,
     json_lines: bool,
@@ -155,8 +156,11 @@ def _check(
 ) -> int:
     """Verify PATH: every store's metadata, every committed row (decoded with its format),
     every changelog record (checksums), no store ahead of its changelog, no spill left by a
-    crashed writer (a live writer's spill is a note). --deep also compares every row with
-    what its changelog says it must hold (docs/cli.md). Exit 1 when a problem is found.
+    crashed writer (a live writer's spill is a note), and every entry's checksum. --deep
+    also compares every row with what its changelog says it must hold (docs/cli.md).
+    --add-checksums first gives the entries of a partition written without checksums their
+    trailers (it writes: no writer may have the partition open). Exit 1 when a problem is
+    found.
 
     \b
     Example:
@@ -169,6 +173,12 @@ def _check(
     if partitions is not None:
         select_partitions(path, partitions)
         parts = {n: p for n, p in parts.items() if n in partitions}
+    if add_checksums:
+        for number, pdir in parts.items():
+            added = admin.add_checksums(pdir)
+            if not as_json and not quiet:
+                where = "" if number is None else f"partition {number}: "
+                click.echo(f"{where}{added:,} entries given checksums")
     report = admin.CheckReport(deep=deep)
     out = Reporter("check", quiet, progress)
     with out.bar("check", len(parts)) as bar:
@@ -181,6 +191,7 @@ def _check(
             report.changelog_records += one.changelog_records
             report.rows_verified += one.rows_verified
             report.rows_not_compared += one.rows_not_compared
+            report.checksums_verified += one.checksums_verified
             report.problems += [dataclasses.replace(p, partition=number) for p in one.problems]
             report.notes += [dataclasses.replace(p, partition=number) for p in one.notes]
             bar.advance()
@@ -191,7 +202,8 @@ def _check(
         emit_json(doc)
         return EXIT_OK if report.ok else EXIT_NEGATIVE
     read = f"{report.rows_read:,} rows and {report.changelog_records:,} changelog records"
-    click.echo(f"{report.partitions} partition(s), {report.stores} store(s), {read} read")
+    click.echo(f"{report.partitions} partition(s), {report.stores} store(s), {read} read, "
+               f"{report.checksums_verified:,} entry checksums verified")  # fmt: skip
     if report.deep:
         click.echo(f"deep: {report.rows_verified:,} rows equal to their changelogs' records, "
                    f"{report.rows_not_compared:,} not compared")  # fmt: skip
@@ -257,6 +269,13 @@ def register(group: click.Group, context: dict[str, Any]) -> None:
                 help="Also compare every committed row with what its changelog says it must "
                 "hold, and check every row against its format and key schema (reads every "
                 "changelog record).",
-            )(partitions_option(json_option(quiet_option(progress_option(_check)))))
+            )(
+                click.option(
+                    "--add-checksums",
+                    is_flag=True,
+                    help="First give every entry of a partition written without entry "
+                    "checksums its checksum (writes; no writer may have it open).",
+                )(partitions_option(json_option(quiet_option(progress_option(_check)))))
+            )
         )
     )

@@ -30,6 +30,13 @@ run has thousands of segments and one ``data.mdb``), a file of that type, a kind
 * ``zero_page``: overwrite the 4 KiB page holding the offset with zeros (LMDB's page size);
 * ``delete``: remove the file.
 
+Half the damages drawn for ``data.mdb`` go inside a *live entry* instead (:data:`LIVE_KINDS`,
+given the entries :func:`live_entries` lists): a store is drawn uniformly (so every store kind
+is hit: key-value, window and session segments and registries, the position store), then one
+of its committed entries, then one byte of its key (``flip_key``) or of its stored value,
+checksum trailer included (``flip_value``), XOR-ed with a random non-zero mask at every place
+the file holds that entry (LMDB keeps copies of pages it freed; the live one is among them).
+
 The damage is recorded exactly (positions and masks), so :func:`apply_damage` can repeat it.
 
 >>> import random
@@ -48,14 +55,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "ALL_KINDS",
     "FILE_TYPES",
     "KINDS",
+    "LIVE_KINDS",
     "PAGE",
     "Damage",
+    "Entry",
     "Target",
     "apply_damage",
     "damage_targets",
     "hash_files",
+    "live_entries",
     "plan_damage",
     "store_files",
 ]
@@ -64,6 +75,10 @@ __all__ = [
 FILE_TYPES = ("data.mdb", "active segment", "segment", "changelog.json", "temporary", "spill")
 #: The kinds of damage, in report order.
 KINDS = ("flip", "truncate", "zero_page", "delete")
+#: The kinds of damage inside a live entry of ``data.mdb``.
+LIVE_KINDS = ("flip_value", "flip_key")
+#: Every kind, in report order.
+ALL_KINDS = KINDS + LIVE_KINDS
 #: The page ``zero_page`` zeroes (LMDB's page size on Linux and macOS).
 PAGE = 4096
 
@@ -96,6 +111,7 @@ class Damage:
     size: int
     flips: list[tuple[int, int]] = field(default_factory=list)
     changed: bool = True
+    entry: str | None = None  # a live-entry damage: the database and key (hex) it hit
 
     def describe(self) -> str:
         where = "" if self.offset is None else f" at byte {self.offset:,}"
@@ -104,6 +120,8 @@ class Damage:
             "truncate": f"truncated to {self.offset or 0:,} of {self.size:,} bytes",
             "zero_page": f"{self.length:,} bytes zeroed",
             "delete": "deleted",
+            "flip_value": f"{len(self.flips)} copies of a value byte flipped ({self.entry})",
+            "flip_key": f"{len(self.flips)} copies of a key byte flipped ({self.entry})",
         }[self.kind]
         note = "" if self.changed else " (no change: the bytes were already so)"
         return f"{self.file} ({self.file_type}): {self.kind}{where}, {what}{note}"
@@ -146,12 +164,96 @@ def _changelog_targets(store_dir: Path, rel: str) -> list[Target]:
     return out
 
 
-def plan_damage(rng: random.Random, targets: list[Target], sizes: dict[str, int]) -> Damage:
-    """Draw one damage to one of ``targets`` (``sizes``: their sizes in bytes)."""
+@dataclass(frozen=True)
+class Entry:
+    """A committed entry of ``data.mdb`` as LMDB stores it: database, key, stored value."""
+
+    db: bytes
+    key: bytes
+    value: bytes
+
+
+def live_entries(partition: Path) -> list[Entry]:
+    """Every entry of every store database of ``partition``'s ``data.mdb`` (the metadata
+    database aside), read with py-lmdb (read-only, no lock: a copy no one else opens); empty
+    when it cannot be read."""
+    import lmdb  # only here: the rest of the harness goes through txstore
+
+    out: list[Entry] = []
+    try:
+        env = lmdb.open(
+            str(partition / "data"), readonly=True, lock=False, max_dbs=4096, subdir=True
+        )
+    except lmdb.Error:
+        return out
+    try:
+        with env.begin() as txn:
+            names = [k for k in txn.cursor().iternext(values=False) if k != b"__txstore_meta__"]
+            for name in names:
+                db = env.open_db(name, txn=txn, create=False)
+                out += [Entry(name, k, v) for k, v in txn.cursor(db).iternext()]
+    except lmdb.Error:
+        return []
+    finally:
+        env.close()
+    return out
+
+
+def _store_of(db: bytes) -> bytes:
+    """The store of a database name: ``<store>`` or ``<store>.<segment id>``."""
+    store, dot, rest = db.rpartition(b".")
+    return store if dot and rest.isdigit() else db
+
+
+def _plan_live(
+    rng: random.Random, target: Target, size: int, entries: list[Entry], data: bytes
+) -> Damage | None:
+    """A flip inside a live entry (see the module docstring), or None if none can be found."""
+    stores = sorted({_store_of(e.db) for e in entries})
+    store = rng.choice(stores)
+    dbs = sorted({e.db for e in entries if _store_of(e.db) == store})
+    db = rng.choice(dbs)
+    entry = rng.choice([e for e in entries if e.db == db])
+    kind = rng.choice(LIVE_KINDS)
+    node = entry.key + entry.value  # an LMDB leaf node holds the key, then the value
+    spot = rng.randrange(len(entry.key)) if kind == "flip_key" else len(entry.key)
+    if kind == "flip_value":
+        if not entry.value:
+            return None
+        spot += rng.randrange(len(entry.value))
+    mask = rng.randrange(1, 256)
+    flips = []
+    at = data.find(node)
+    while at >= 0:
+        flips.append((at + spot, mask))
+        at = data.find(node, at + 1)
+    if not flips:
+        return None  # a value on overflow pages: not next to its key
+    what = f"{db.decode(errors='replace')} key {entry.key.hex()}"
+    return Damage(
+        target.file, target.file_type, None, kind, flips[0][0], len(flips), size, flips,
+        entry=what,
+    )  # fmt: skip
+
+
+def plan_damage(
+    rng: random.Random,
+    targets: list[Target],
+    sizes: dict[str, int],
+    entries: list[Entry] | None = None,
+    data: bytes = b"",
+) -> Damage:
+    """Draw one damage to one of ``targets`` (``sizes``: their sizes in bytes); with the live
+    ``entries`` of ``data.mdb`` (and its bytes, ``data``), half the damages to ``data.mdb``
+    go inside one of them."""
     present = [t for t in FILE_TYPES if any(x.file_type == t for x in targets)]
     file_type = rng.choice(present)
     target = rng.choice([x for x in targets if x.file_type == file_type])
     size = sizes[target.file]
+    if file_type == "data.mdb" and entries and rng.random() < 0.5:
+        live = _plan_live(rng, target, size, entries, data)
+        if live is not None:
+            return live
     kind = rng.choice(KINDS) if size > 0 else "delete"
     if kind == "delete":
         return Damage(target.file, file_type, target.store, kind, None, size, size)
@@ -189,7 +291,7 @@ def apply_damage(partition: Path, damage: Damage) -> None:
             damage.changed = old != bytes(len(old))
             f.seek(start)
             f.write(bytes(len(old)))
-        else:
+        else:  # flip, flip_value, flip_key
             for position, mask in damage.flips:
                 f.seek(position)
                 byte = f.read(1)[0]

@@ -39,7 +39,7 @@ from typing import Any
 from txstore.crashtest.common import POSITION_KEY, POSITION_STORE, RunConfig, emit, open_task
 from txstore.crashtest.state import StateReader
 from txstore.crashtest.workload import Workload
-from txstore.errors import TxStoreError
+from txstore.errors import DamagedFileError, TxStoreError
 
 __all__ = ["main"]
 
@@ -74,11 +74,23 @@ def read_all(config: RunConfig, workload: Workload) -> dict[str, StoreState]:
 
 def reopen(config: RunConfig, workload: Workload) -> dict[str, Any]:
     """Open a fresh task on the copy, initialize it, read every store through the task's
-    handles, close it; the outcome (the task's input position, or the error)."""
+    handles, close it; the outcome (the task's input position, or the error). A read that
+    finds an entry whose checksum fails is Kafka's TaskCorruptedException: the task is closed
+    and opened again, once, and its ``initialize()`` rebuilds the damaged stores from their
+    changelogs (``rebuilt`` in the outcome)."""
+    outcome = _reopen_once(config, workload)
+    if not outcome["ok"] and outcome.get("checksum"):
+        emit("phase", phase="reopen after damage")
+        outcome = _reopen_once(config, workload)
+    return outcome
+
+
+def _reopen_once(config: RunConfig, workload: Workload) -> dict[str, Any]:
+    rebuilt: list[str] = []
     try:
         task, stores, position_store = open_task(config, workload)
         with task:
-            task.initialize()
+            rebuilt = task.initialize().rebuilt
             emit("phase", phase="task read")
             with position_store.snapshot() as view:
                 view.get(POSITION_KEY)
@@ -92,12 +104,14 @@ def reopen(config: RunConfig, workload: Workload) -> dict[str, Any]:
                     in_memory[spec.name] = (stores[spec.name].committed_offset, state)
             input_position = task.input_position
     except Exception as exc:
-        return {"ok": False, "error": _error(exc), "phase": "reopen"}
+        checksum = isinstance(exc, DamagedFileError) and exc.key is not None
+        return {"ok": False, "error": _error(exc), "phase": "reopen", "checksum": checksum}
     return {
         "ok": True,
         "input_position": input_position,
         "entries": entries,
         "in_memory": in_memory,
+        "rebuilt": rebuilt,
     }
 
 

@@ -64,6 +64,7 @@ from txstore.crashtest.damage import (
     apply_damage,
     damage_targets,
     hash_files,
+    live_entries,
     plan_damage,
     store_files,
 )
@@ -181,7 +182,11 @@ class DamagePass:
         shutil.copytree(self.run_config.path, copy, ignore=_LOCKS)
         targets = damage_targets(copy)
         sizes = {t.file: (copy / t.file).stat().st_size for t in targets}
-        damage = plan_damage(random.Random(f"{self.seed}:damage:{index}"), targets, sizes)
+        entries = live_entries(copy)
+        data = (copy / "data" / "data.mdb").read_bytes() if entries else b""
+        damage = plan_damage(
+            random.Random(f"{self.seed}:damage:{index}"), targets, sizes, entries, data
+        )
         apply_damage(copy, damage)
         shutil.copytree(copy, base.with_name(base.name + ".damaged") / "task")
         healthy = [s for s in self.stores if s != damage.store]
@@ -257,22 +262,17 @@ class DamagePass:
         with open(out, "rb") as f:
             result = pickle.load(f)  # written by our own child process
         outcome = result["outcome"]
+        if outcome.get("rebuilt"):
+            t.note = f"healed: the task rebuilt {', '.join(outcome['rebuilt'])} from changelog"
         if outcome["ok"]:
-            # In-memory stores exist only in the reopened task: the child read them there.
-            after = {**result["after"], **outcome["in_memory"]}
-            t.position = int(after[POSITION_STORE][1][POSITION_KEY] or 0)
-            check = Check()
-            if t.position != position:
-                kind = "lost" if t.position < position else "leaked"
-                check.add(kind, "input", "position", str(position), str(t.position))
-            for spec in self.workload.stores():
-                compare_store(spec, after[spec.name][1], model.stores[spec.name], check)
-            if check.ok:
-                t.outcome = "exact"
-            else:
+            try:
+                self._compare(t, result, outcome, position, model)
+            except Exception as exc:
+                # A value the harness cannot interpret (not an int, not UTF-8...) was served
+                # as data: that is a divergence, not a reason to stop.
                 t.outcome = "silent_divergence"
-                t.note = f"{check.lost} lost, {check.leaked} leaked"
-                t.findings = [str(f) for f in check.findings[:8]]
+                t.note = f"a value the harness cannot interpret: {type(exc).__name__}: {exc}"
+                t.findings = [t.note]
         else:
             err = outcome["error"]
             t.phase = outcome["phase"]
@@ -287,7 +287,36 @@ class DamagePass:
                     if err["typed"]
                     else f"not a TxStoreError, raised at {err['where']}"
                 )
-        self._check_lmdb(p, result, position, model, offsets)
+        try:
+            self._check_lmdb(p, result, position, model, offsets)
+        except Exception as exc:
+            t.healthy_changed.append(f"a healthy store's value the harness cannot interpret: {exc}")
+
+    def _compare(
+        self,
+        t: DamageTrial,
+        result: dict[str, Any],
+        outcome: dict[str, Any],
+        position: int,
+        model: Model,
+    ) -> None:
+        """Classify a reopen that succeeded: ``exact`` or ``silent_divergence``."""
+        # In-memory stores exist only in the reopened task: the child read them there.
+        after = {**result["after"], **outcome["in_memory"]}
+        t.position = int(after[POSITION_STORE][1][POSITION_KEY] or 0)
+        check = Check()
+        if t.position != position:
+            kind = "lost" if t.position < position else "leaked"
+            check.add(kind, "input", "position", str(position), str(t.position))
+        for spec in self.workload.stores():
+            compare_store(spec, after[spec.name][1], model.stores[spec.name], check)
+        if check.ok:
+            t.outcome = "exact"
+        else:
+            t.outcome = "silent_divergence"
+            note = f"{check.lost} lost, {check.leaked} leaked"
+            t.note = "; ".join(filter(None, [t.note, note]))
+            t.findings = [str(f) for f in check.findings[:8]]
 
     def _check_files(self, p: _Pending) -> None:
         """The healthy stores' changelog files: unchanged, or as the undamaged recovery left

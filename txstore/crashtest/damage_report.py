@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from txstore.crashtest.damage import FILE_TYPES, KINDS
+from txstore.crashtest.damage import ALL_KINDS, FILE_TYPES
 from txstore.crashtest.damage_pass import CLASSES, DamageTrial
 
 __all__ = [
@@ -114,7 +114,7 @@ def damage_lines(trials: Sequence[DamageTrial]) -> list[str]:
     if not trials:
         return out
     out += _table(trials, "class / file type", FILE_TYPES, "file_type")
-    out += _table(trials, "class / damage", KINDS, "kind")
+    out += _table(trials, "class / damage", ALL_KINDS, "kind")
     shown: set[int] = set()
     for label, group in _groups(trials):
         fresh = [t for t in group if t.index not in shown][:EXAMPLES]

@@ -17,10 +17,12 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Self, TypeVar
 
+from txstore.engine.checksums import damaged_entry
 from txstore.engine.iterators import ChunkSource, KeyRange, Row
 from txstore.engine.overlay import Overlay
 from txstore.errors import (
     ConfigConflictError,
+    DamagedFileError,
     InvalidArgumentError,
     InvalidStateStoreError,
     InvalidTypeError,
@@ -165,6 +167,9 @@ class PartitionBase:
     data (a writable :class:`~txstore.engine.partition.Partition`); None otherwise. Readers may
     cache
     what they read while it is unchanged."""
+    checksums: bool = False
+    """Whether every value this partition stores in LMDB carries its checksum trailer
+    (:mod:`txstore.engine.checksums`); read from the partition's metadata when it opens."""
     writer_cursors: Mapping[bytes, Any] = {}
     """Cursors of the writer's read transaction, by database (a writable
     :class:`~txstore.engine.partition.Partition`; empty otherwise), for the writer thread's short
@@ -376,6 +381,16 @@ class PartitionBase:
         self.check_usable()
         if self.overlay is not None:
             self.overlay.clear_store(store)
+
+    def damaged(self, db: bytes, exc: BaseException) -> DamagedFileError:
+        """The error of an entry of ``db`` whose checksum does not match (``exc``: the
+        :class:`~txstore.engine.checksums.ChecksumError`); a writable partition also records
+        the database (see :func:`~txstore.engine.checksums.record_damage`)."""
+        return damaged_entry(self.path, db, exc)
+
+    def verify_rows(self, db: bytes, rows: list[Row]) -> list[Row]:
+        """``rows`` read from ``db``, checksums checked and stripped (nothing to do here)."""
+        return rows
 
     def reader_check(self) -> int:
         """Clear stale reader slots left by dead processes; returns how many. O(readers)."""

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 import lmdb
 
-from txstore.engine.base import AtomicReads, fork_generation
+from txstore.engine.base import AtomicReads, PartitionBase, fork_generation
 from txstore.engine.iterators import KeyRange, Row, no_rows, read_lmdb_chunk
 from txstore.engine.lmdb_errors import lmdb_error
 from txstore.engine.lmdb_files import check_data_file
@@ -517,12 +517,15 @@ class TxnReads(AtomicReads):
     In a read-only environment, MDB_BAD_DBI means the writer dropped the database (see
     ``PartitionReads._read``): it reads as empty."""
 
-    __slots__ = ("_handles", "_readonly", "_txn")
+    __slots__ = ("_handles", "_partition", "_readonly", "_txn")
 
-    def __init__(self, txn: Any, handles: Mapping[bytes, Any], readonly: bool) -> None:
+    def __init__(
+        self, txn: Any, handles: Mapping[bytes, Any], readonly: bool, partition: PartitionBase
+    ) -> None:
         self._txn = txn
         self._handles = handles
         self._readonly = readonly
+        self._partition = partition  # its checksums flag and verify_rows
 
     def _handle(self, db: bytes) -> Any:
         try:
@@ -543,6 +546,8 @@ class TxnReads(AtomicReads):
             if not self._readonly:
                 raise
             return None
+        if value is not None and self._partition.checksums:
+            return self._partition.verify_rows(db, [(key, value)])[0][1]
         return value
 
     def read_range(
@@ -555,11 +560,12 @@ class TxnReads(AtomicReads):
         if h is None:
             return [], False
         try:
-            return read_range_rows(self._txn.cursor(h), lo, hi, reverse, limit)
+            rows, more = read_range_rows(self._txn.cursor(h), lo, hi, reverse, limit)
         except lmdb.BadDbiError:
             if not self._readonly:
                 raise
             return [], False
+        return self._partition.verify_rows(db, rows), more
 
     def read_chunk(
         self, db: bytes, rng: KeyRange, reverse: bool, n: int
@@ -568,8 +574,9 @@ class TxnReads(AtomicReads):
         if h is None:
             return no_rows()
         try:
-            return read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n)
+            rows, frontier = read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n)
         except lmdb.BadDbiError:
             if not self._readonly:
                 raise
             return no_rows()
+        return self._partition.verify_rows(db, rows), frontier

@@ -66,11 +66,22 @@ commits.
 from __future__ import annotations
 
 import os
-from typing import Final
+from typing import Any, Final
+
+import lmdb
 
 from txstore.engine.base import META_DB
+from txstore.engine.checksums import (
+    FLAG_KEY,
+    FLAG_VALUE,
+    ChecksumError,
+    record_damage,
+    unseal,
+)
 from txstore.engine.lmdb_env import (
     DEFAULT_MAX_DBS,
+    META_PREFIX,
+    OFFSET_PREFIX,
     acquire_env,
     release_env,
     track_partition,
@@ -90,6 +101,7 @@ from txstore.engine.writer_lock import (
     writer_probe,
 )
 from txstore.errors import (
+    DamagedFileError,
     InvalidArgumentError,
     InvalidTypeError,
     StorageError,
@@ -121,7 +133,10 @@ class Partition(PartitionWrites):
     the initial map (it doubles when full); ``overlay_budget_bytes`` bounds the overlays'
     memory before they spill; ``max_dbs`` bounds the named databases (stores, segments), fixed
     by the first opener; ``verify`` is ``"auto"``, ``"always"`` or ``"never"``
-    (:data:`VERIFY_MODES`; default: ``TXSTORE_VERIFY``, else ``"auto"``).
+    (:data:`VERIFY_MODES`; default: ``TXSTORE_VERIFY``, else ``"auto"``). ``checksums``
+    decides whether a *new* partition's entries carry checksums (:mod:`txstore.engine.checksums`;
+    default yes); an existing one keeps what its metadata records (:attr:`checksums`), and a
+    legacy one gains them with :meth:`add_checksums`.
 
     Why ``max_dbs`` defaults to 256 (:data:`~txstore.engine.lmdb_env.DEFAULT_MAX_DBS`) and spare
     read
@@ -150,6 +165,7 @@ class Partition(PartitionWrites):
         max_dbs: int = DEFAULT_MAX_DBS,
         max_readers: int = 1024,
         verify: str | None = None,
+        checksums: bool = True,
     ) -> None:
         super().__init__()
         mode = _verify_mode(verify)
@@ -214,16 +230,130 @@ class Partition(PartitionWrites):
                     ),
                 )
                 remove_dir(os.path.join(self.path, "spill"))
-                self._write(lambda txn: self._write_handle(txn, META_DB), False, 0)
+                self._write(lambda txn: self._create_meta(txn, checksums), False, 0)
             self._closed = False
             self._meta = self._read(META_DB, True, lambda txn, h: h, None)
             if self._meta is None:
                 raise StorageError(f"{self.path!r} is not a txstore partition (no metadata)")
+            flag = self._read(META_DB, True, lambda txn, h: txn.get(FLAG_KEY, db=h), None)
+            if flag is not None and flag != FLAG_VALUE:
+                raise StorageError(
+                    f"{self.path!r} records entry checksums of an unknown kind ({flag!r}): it "
+                    "was written by a newer txstore"
+                )
+            self.checksums = flag is not None
             self.reader_check()
         except BaseException:
             self._closed = False
             self.close()
             raise
+
+    # -- entry checksums -----------------------------------------------------------------------
+
+    def _create_meta(self, txn: Any, checksums: bool) -> None:
+        """Open (create) the metadata database; a new partition records, in the same
+        transaction, that its entries carry checksums (unless ``checksums=False``)."""
+        new = txn.get(META_DB) is None  # the main database names every named one
+        h = self._write_handle(txn, META_DB)
+        if new and checksums:
+            txn.put(FLAG_KEY, FLAG_VALUE, db=h)
+
+    def damaged(self, db: bytes, exc: BaseException) -> DamagedFileError:
+        err = super().damaged(db, exc)
+        if not self.readonly and not self.inherited:
+            record_damage(str(self.path), db)
+        return err
+
+    def add_checksums(self) -> int:
+        """Seal every entry of a legacy partition (written without checksums) and record the
+        flag, in one write transaction; returns how many entries were sealed (0: the partition
+        already had checksums). Other processes must not read the partition meanwhile (they
+        would keep reading it as legacy until they reopen it). O(entries)."""
+        self._check_writable()
+        if self.checksums:
+            return 0
+        self.checksums = True  # self.sealed now adds trailers
+        count = [0]
+
+        def fn(txn: Any) -> None:
+            count[0] = 0
+            names = [n for n in txn.cursor().iternext(values=False) if n != META_DB]
+            for name in names:
+                cur = txn.cursor(self._write_handle(txn, name, create=False))
+                rows = self.sealed(list(cur.iternext()))
+                cur.putmulti(rows)
+                count[0] += len(rows)
+            txn.put(FLAG_KEY, FLAG_VALUE, db=self._meta)
+
+        try:
+            size = os.path.getsize(os.path.join(str(self.path), "data", "data.mdb"))
+            self._write(fn, True, 2 * size)
+        except BaseException:
+            self.checksums = False
+            raise
+        return count[0]
+
+    def verify_entries(self, limit: int = 100) -> tuple[int, list[tuple[bytes, bytes, str]]]:
+        """Check the checksum of every entry of every database (the metadata database aside)
+        in one read transaction: returns how many entries were checked and up to ``limit``
+        damaged ones as ``(database, key, reason)``. A legacy partition (no checksums) checks
+        nothing: ``(0, [])``. O(entries); what ``txstore check`` runs."""
+        if not self.checksums:
+            return 0, []
+        self.check_usable()
+        sh = self._sh
+        assert sh is not None
+        handles = {n: h for n, h in self.open_all_handles().items() if n != META_DB}
+
+        def once() -> tuple[int, list[tuple[bytes, bytes, str]]]:
+            count = 0
+            bad: list[tuple[bytes, bytes, str]] = []
+            txn = sh.env.begin()
+            try:
+                for name, h in sorted(handles.items()):
+                    try:
+                        rows = txn.cursor(h).iternext()
+                        for key, value in rows:
+                            count += 1
+                            try:
+                                unseal(key, value)
+                            except ChecksumError as exc:
+                                if len(bad) < limit:
+                                    bad.append((name, key, str(exc.args[-1])))
+                    except lmdb.BadDbiError:
+                        continue  # dropped by the writer since the handles were opened
+            finally:
+                txn.abort()
+            return count, bad
+
+        return self.run_shared(once)
+
+    def store_of_db(self, db: bytes) -> str | None:
+        """The store whose database ``db`` is (``<store>`` or ``<store>.<suffix>``: the store
+        with the longest such name), or None."""
+        best: str | None = None
+        for name in self.store_names():
+            n = name.encode()
+            if (db == n or db.startswith(n + b".")) and (best is None or len(name) > len(best)):
+                best = name
+        return best
+
+    def drop_stores(self, names: set[str]) -> None:
+        """Delete every database, the metadata and the committed offset of each store of
+        ``names``, in one write transaction: the stores are as if never created (a task then
+        restores them from their changelogs; see :mod:`txstore.engine.checksums`). Open no
+        store of ``names`` before. O(databases of the partition)."""
+        self._check_writable()
+        dbs = [db for db in self._db_names() if self.store_of_db(db) in names]
+
+        def fn(txn: Any) -> None:
+            for db in dbs:
+                self._drop_in(txn, db)
+            for name in names:
+                txn.delete(META_PREFIX + name.encode(), db=self._meta)
+                txn.delete(OFFSET_PREFIX + name.encode(), db=self._meta)
+
+        self._write(fn, True, 0)
 
     # -- environment ---------------------------------------------------------------------------
 

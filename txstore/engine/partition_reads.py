@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from txstore.engine.base import META_DB, AtomicReads, PartitionBase, Snapshot
+from txstore.engine.checksums import ChecksumError, unseal, unseal_rows
 from txstore.engine.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows, read_lmdb_chunk
 from txstore.engine.lmdb_env import (
     META_PREFIX,
@@ -30,7 +31,11 @@ from txstore.engine.lmdb_env import (
     read_range_rows,
 )
 from txstore.engine.lmdb_errors import DAMAGE, lmdb_error
-from txstore.errors import InvalidArgumentError, SnapshotInvalidatedError, StorageError
+from txstore.errors import (
+    InvalidArgumentError,
+    SnapshotInvalidatedError,
+    StorageError,
+)
 
 __all__ = ["LmdbSnapshot", "PartitionReads"]
 
@@ -293,20 +298,42 @@ class PartitionReads(PartitionBase):
                 if h is not None:
                     try:  # free until raised (zero-cost exceptions)
                         value: bytes | None = txn.get(key, None, h)
+                        if self.checksums:
+                            value = unseal(key, value)
                     except lmdb.Error as exc:
                         raise lmdb_error(exc, str(self.path)) from exc
+                    except ChecksumError as exc:
+                        raise self.damaged(db, exc) from None
                     return value
         value = self._read(db, shared, lambda txn, h: txn.get(key, None, h), None)
+        if self.checksums:
+            try:
+                value = unseal(key, value)
+            except ChecksumError as exc:
+                raise self.damaged(db, exc) from None
         return value
+
+    def verify_rows(self, db: bytes, rows: list[Row]) -> list[Row]:
+        """``rows`` read from ``db`` with their checksums checked and stripped, in place (a
+        checksummed partition; others return them as they are). Raises
+        :class:`~txstore.errors.DamagedFileError` (see :meth:`damaged`) at the first mismatch.
+        O(rows); the one check every batch read of committed rows goes through."""
+        if self.checksums and rows:
+            try:
+                unseal_rows(rows)
+            except ChecksumError as exc:
+                raise self.damaged(db, exc) from None
+        return rows
 
     def source(self, db: bytes, *, shared: bool = False) -> ChunkSource:
         def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
-            return self._read(
+            rows, frontier = self._read(
                 db,
                 shared,
                 lambda txn, h: read_lmdb_chunk(txn.cursor(h), rng, reverse, n),
                 no_rows(),
             )
+            return self.verify_rows(db, rows), frontier
 
         return FnSource(read)
 
@@ -335,23 +362,27 @@ class PartitionReads(PartitionBase):
                     return [], False
             try:  # free until raised (zero-cost exceptions)
                 if reverse:
-                    return read_range_rows(cur, lo, hi, True, limit)
-                out: list[Row] = []  # read_range_rows forward, inlined (one call less)
+                    out, more = read_range_rows(cur, lo, hi, True, limit)
+                    return self.verify_rows(db, out), more
+                out = []  # read_range_rows forward, inlined (one call less)
+                more = False
                 if cur.set_range(lo):
                     append = out.append
                     for row in cur:  # iter(cursor): iternext() without its argument parsing
                         if row[0] > hi:
                             break
                         if len(out) == limit:
-                            return out, True
+                            more = True
+                            break
                         append(row)
-                return out, False
+                return self.verify_rows(db, out), more
             except lmdb.Error as exc:
                 raise lmdb_error(exc, str(self.path)) from exc
         empty: tuple[list[Row], bool] = ([], False)
-        return self._read(
+        out, more = self._read(
             db, shared, lambda t, h: read_range_rows(t.cursor(h), lo, hi, reverse, limit), empty
         )
+        return self.verify_rows(db, out), more
 
     def store_meta(self, name: str) -> dict[str, Any] | None:
         raw = self._read(META_DB, True, lambda t, h: t.get(META_PREFIX + name.encode(), db=h), None)
@@ -396,7 +427,7 @@ class PartitionReads(PartitionBase):
                 handles[db] = h if h is not None else self._open_existing(db)
             txn = sh.env.begin()
             try:
-                return fn(TxnReads(txn, handles, not sh.writable_env))
+                return fn(TxnReads(txn, handles, not sh.writable_env, self))
             finally:
                 txn.abort()
 
@@ -535,13 +566,19 @@ class LmdbSnapshot(Snapshot):
 
     def get(self, db: bytes, key: bytes) -> bytes | None:
         value: bytes | None = self.run(db, lambda t, h: t.get(key, db=h), None)
+        if self.partition.checksums:
+            try:
+                value = unseal(key, value)
+            except ChecksumError as exc:
+                raise self.partition.damaged(db, exc) from None
         return value
 
     def source(self, db: bytes) -> ChunkSource:
         def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
-            return self.run(
+            rows, frontier = self.run(
                 db, lambda t, h: read_lmdb_chunk(t.cursor(h), rng, reverse, n), no_rows()
             )
+            return self.partition.verify_rows(db, rows), frontier
 
         return FnSource(read)
 

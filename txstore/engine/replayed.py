@@ -44,6 +44,7 @@ import lmdb
 from sortedcontainers import SortedDict
 
 from txstore.engine.base import META_DB, AtomicReads, PartitionBase, Snapshot
+from txstore.engine.checksums import seal
 from txstore.engine.iterators import (
     EMPTY_SOURCE,
     ChunkSource,
@@ -452,6 +453,7 @@ def write_tail(snapshot: Snapshot, data_dir: str) -> bool:
     if not tails:
         return False
     rp = snapshot.replayed
+    sealed = bool(getattr(rp.inner, "checksums", False))
     size = os.path.getsize(os.path.join(data_dir, "data.mdb"))
     extra = sum(len(k) + len(v or b"") + 64 for t in tails.values() for k, v in t.rows.items())
     env = lmdb.open(data_dir, map_size=2 * size + 4 * extra + 64 * 2**20, max_dbs=len(tails) + 2)
@@ -467,8 +469,8 @@ def write_tail(snapshot: Snapshot, data_dir: str) -> bool:
                 for k, v in tail.rows.items():
                     if v is None:
                         txn.delete(k, db=h)
-                    else:
-                        txn.put(k, v, db=h)
+                    else:  # as the partition's own commits store it: sealed if it seals
+                        txn.put(k, seal(k, v) if sealed else v, db=h)
             for store in sorted({t.store for t in tails.values()}):
                 txn.put(
                     OFFSET_PREFIX + store.encode(),

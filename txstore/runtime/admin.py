@@ -29,7 +29,7 @@ from txstore.runtime.catalog import RowDecoder, open_view
 from txstore.runtime.committed import open_committed
 from txstore.runtime.statedir import changelog_stores, partition_dirs
 
-__all__ = ["Problem", "check", "dump", "get", "offsets", "partitions_of", "stat"]
+__all__ = ["Problem", "add_checksums", "check", "dump", "get", "offsets", "partitions_of", "stat"]
 
 
 def partitions_of(path: str | os.PathLike[str]) -> dict[int | None, Path]:
@@ -231,6 +231,8 @@ class CheckReport:
     renumbered by the changelog count too, see the notes)."""
     rows_not_compared: int = 0
     """Deep: rows whose key the changelog wrote again past the store's committed offset."""
+    checksums_verified: int = 0
+    """Entries whose checksum was checked (every entry of a checksummed partition)."""
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
 
@@ -309,6 +311,7 @@ def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
             report.problems.append(Problem(number, "cannot open", str(exc)))
             continue
         with part:
+            _check_checksums(number, part, report)
             if deep:  # the deep check reports each bad key as a row instead
                 skip_key_check(part)
             for name in part.store_names():
@@ -368,6 +371,39 @@ def _check_changelog_only(
         report.notes.append(
             Problem(number, f"changelog {name!r}", f"in-memory store, changelog only: "
                     f"{read:,} records read and checked (its only durable copy)")
+        )  # fmt: skip
+
+
+def add_checksums(path: str | os.PathLike[str]) -> int:
+    """Give every entry of the partition directory ``path`` its checksum if it was written
+    without them (:meth:`Partition.add_checksums
+    <txstore.engine.partition.Partition.add_checksums>`); returns how many entries were sealed
+    (0: it had them). Opens the partition for writing: raises ``WriterLockedError`` next to a
+    live writer. O(entries)."""
+    with Partition(path) as part:
+        return part.add_checksums()
+
+
+def _check_checksums(number: int | None, part: Partition, report: CheckReport) -> None:
+    """Every entry's checksum (``docs/formats.md``, "Entry checksums"): each mismatch is a
+    problem naming the database and key; a partition written without checksums is a note."""
+    try:
+        checked, bad = part.verify_entries()
+    except TxStoreError as exc:
+        report.problems.append(Problem(number, "checksums", str(exc)))
+        return
+    report.checksums_verified += checked
+    for db, key, reason in bad:
+        report.problems.append(
+            Problem(number, f"store database {db.decode(errors='replace')!r}",
+                    f"{reason} at key {key.hex()}: the entry was changed after it was written "
+                    "(a Task rebuilds the store from its changelog)", key)
+        )  # fmt: skip
+    if not part.checksums:
+        report.notes.append(
+            Problem(number, "checksums", "the partition was written without entry checksums "
+                    "(legacy): its values are checked by their formats only; add them with "
+                    "Partition.add_checksums() (txstore check --add-checksums)")
         )  # fmt: skip
 
 

@@ -112,12 +112,14 @@ class Database:
         max_dbs: int | None = None,
         changelogs: ChangelogSource | None = None,
         verify: str | None = None,
+        checksums: bool = True,
     ) -> None:
         kwargs: dict[str, Any] = {
             "readonly": readonly,
             "sync": sync,
             "overlay_budget_bytes": overlay_budget_bytes,
             "verify": verify,
+            "checksums": checksums,
         }
         if map_size is not None:
             kwargs["map_size"] = map_size
@@ -520,6 +522,7 @@ def open(
     map_size: int | None = None,
     max_dbs: int | None = None,
     verify: str | None = None,
+    checksums: bool = True,
 ) -> Database:
     """Open (creating if needed) the partition directory ``path``.
 
@@ -533,6 +536,9 @@ def open(
     ``data/data.mdb`` is walked before the first read: ``"auto"`` (the default, or the
     environment variable ``TXSTORE_VERIFY``) when the last writer did not close it cleanly,
     ``"always"``, or ``"never"`` (see :class:`~txstore.engine.partition.Partition`).
+    ``checksums=False`` creates a new partition whose entries carry no checksums (the legacy
+    layout, for comparisons); an existing partition keeps what its metadata records (see
+    ``docs/formats.md``, "Entry checksums").
 
     Cost: an ``lmdb.open`` and a check of stale reader slots; when writable also the
     single-writer lock, the removal of a spill directory a crash left behind and one LMDB
@@ -560,4 +566,5 @@ def open(
         map_size=map_size,
         max_dbs=max_dbs,
         verify=verify,
+        checksums=checksums,
     )

@@ -23,11 +23,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from txstore.errors import InvalidArgumentError, InvalidTypeError, PartitionDataLostError
+from txstore.engine.checksums import clear_damage, recorded_damage
+from txstore.engine.partition import Partition
+from txstore.errors import (
+    DamagedFileError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    PartitionDataLostError,
+)
 
 __all__ = [
     "changelog_stores",
     "check_data_not_lost",
+    "drop_damaged_stores",
     "held_data_evidence",
     "partition_dirs",
     "partition_path",
@@ -140,3 +148,33 @@ def _scandir(path: str) -> list[os.DirEntry[str]]:
             return list(it)
     except OSError:
         return []
+
+
+def drop_damaged_stores(
+    partition: Partition, path: Path, changelog_root: Path | None = None
+) -> list[str]:
+    """Kafka's TaskCorruptedException path, for a task opening partition directory ``path``:
+    the stores in which the partition's writer found an entry whose checksum did not match
+    (recorded by the engine, :func:`~txstore.engine.checksums.record_damage`) are deleted,
+    before any is opened, and the task's ``initialize()`` restores them from their changelogs,
+    from the start: nothing committed is lost, the changelog holds it. Returns their names.
+    A damaged store without a changelog cannot be rebuilt: :class:`~txstore.errors.
+    DamagedFileError`, nothing changed. Changelogs are looked for in ``changelog_root``
+    (default ``path/changelog``). O(databases of the partition)."""
+    root = path / "changelog" if changelog_root is None else changelog_root
+    damaged = recorded_damage(str(path))
+    if not damaged:
+        return []
+    stores = sorted({s for s in map(partition.store_of_db, damaged) if s is not None})
+    lost = [s for s in stores if not (root / s).is_dir()]
+    if lost:
+        raise DamagedFileError(
+            str(path / "data" / "data.mdb"),
+            f"an entry of store(s) {', '.join(map(repr, lost))} failed its checksum and "
+            "they have no changelog to rebuild them from",
+            database=lost[0],
+        )
+    if stores:
+        partition.drop_stores(set(stores))
+    clear_damage(str(path))
+    return stores

@@ -89,6 +89,7 @@ from txstore.errors import (
     UncommittedWritesWarning,
 )
 from txstore.runtime.database import Database, check_not_a_file
+from txstore.runtime.statedir import drop_damaged_stores
 from txstore.runtime.task_support import (
     PartialCommit,
     RestoreProgress,
@@ -212,6 +213,13 @@ class Task:
         """The task's :class:`~txstore.runtime.database.Database`: its stores are opened
         here (``builder.build(task.db)`` is :meth:`key_value_store`), committed by
         :meth:`commit` only."""
+        # Kafka's TaskCorruptedException path: stores in which the writer found an entry whose
+        # checksum failed are deleted before any is opened; initialize() restores them.
+        try:
+            self._rebuilt = drop_damaged_stores(self.db.partition, self.path, self.changelog_root)
+        except BaseException:
+            self.db.close()
+            raise
 
     # ---- stores ---------------------------------------------------------------------------
 
@@ -357,6 +365,7 @@ class Task:
             report.restored[entry.name] = self._restore(entry, progress)
         self._state = "running"
         report.seconds = time.perf_counter() - started
+        report.rebuilt = list(self._rebuilt)
         return report
 
     def _repair_changelogs(self, report: RestoreReport) -> None:

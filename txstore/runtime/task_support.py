@@ -79,6 +79,9 @@ class RestoreReport:
     the partition directory lacked its clean-close marker. Recovery repaired what it left."""
     seconds: float = 0.0
     """How long :meth:`Task.initialize` took."""
+    rebuilt: list[str] = field(default_factory=list)
+    """Stores rebuilt from their changelogs because an entry of theirs failed its checksum
+    (:func:`~txstore.runtime.statedir.drop_damaged_stores`)."""
 
 
 class TaskChangelog(FileChangelog):

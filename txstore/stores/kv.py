@@ -26,6 +26,7 @@ from txstore import codecs
 from txstore.bytestores.kv import BytesKeyValueStore
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
+from txstore.engine.checksums import ChecksumError, unseal
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
 from txstore.engine.overlay import NOT_FOUND
 from txstore.engine.partition import Partition
@@ -408,7 +409,13 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
                 if p is not None and p.writer_txn is not None:
                     h = p.writer_handles.get(self._db)
                     if h is not None:
-                        return p.writer_txn.get(k, None, h)  # type: ignore[return-value]
+                        v = p.writer_txn.get(k, None, h)
+                        if p.checksums:  # Partition.get's check, inlined (one call less)
+                            try:
+                                v = unseal(k, v)
+                            except ChecksumError as exc:
+                                raise p.damaged(self._db, exc) from None
+                        return v  # type: ignore[return-value]
                 return self._committed_get(self._db, k)  # type: ignore[no-any-return]
             return v  # type: ignore[return-value]
         return super().get(key)

@@ -1,0 +1,133 @@
+"""A damaged entry heals from its changelog (issue 24): a task whose read finds an entry whose
+checksum does not match raises :class:`~txstore.errors.DamagedFileError` and records the
+store; the next task on the directory drops that store before opening it and ``initialize()``
+restores it from its changelog, with nothing committed lost (Kafka's TaskCorruptedException
+path). A store without a changelog cannot be rebuilt: the typed error, nothing changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txstore
+from txstore import Serdes, Stores
+from txstore.engine.checksums import DAMAGE_FILE, seal
+from txstore.errors import DamagedFileError
+from txstore.runtime.task import Task
+
+VALUES = {f"user-{i}": i * 1000 + 7 for i in range(50)}
+
+
+def kv(task: Task) -> Any:
+    return task.key_value_store(
+        Stores.key_value_store_builder(
+            Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()
+        )
+    )
+
+
+def window(task: Task) -> Any:
+    return task.window_store(
+        Stores.window_store_builder(
+            Stores.persistent_window_store("clicks", 3_600_000, 60_000, False),
+            Serdes.string(),
+            Serdes.long(),
+        )
+    )
+
+
+def write(path: Path) -> None:
+    with Task(path) as task:
+        counts, clicks = kv(task), window(task)
+        task.initialize()
+        for i, (k, v) in enumerate(VALUES.items()):
+            counts.put(k, v)
+            clicks.put(k, v, 1000 * i)
+            if i % 10 == 9:
+                task.commit(input_position=i + 1)
+
+
+def flip_value(path: Path, key: bytes, value: bytes) -> None:
+    """Flip one byte of the stored value of ``key`` in ``data.mdb`` (every copy of it)."""
+    data = bytearray((path / "data" / "data.mdb").read_bytes())
+    stored = key + seal(key, value)  # a leaf node holds the key, then the value
+    at = data.find(stored)
+    assert at >= 0
+    while at >= 0:
+        data[at + len(key) + 2] ^= 0x40
+        at = data.find(stored, at + 1)
+    (path / "data" / "data.mdb").write_bytes(bytes(data))
+
+
+def test_a_damaged_entry_is_refused_then_its_store_is_rebuilt_from_its_changelog(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path)
+    flip_value(tmp_path, b"user-7", VALUES["user-7"].to_bytes(8, "big"))
+    with Task(tmp_path) as task:
+        counts, clicks = kv(task), window(task)
+        report = task.initialize()
+        assert report.rebuilt == []
+        assert counts.get("user-6") == VALUES["user-6"]
+        with pytest.raises(DamagedFileError) as err:
+            counts.get("user-7")  # never the flipped value
+        assert err.value.database == "counts" and err.value.key == b"user-7"
+        assert str(tmp_path / "data" / "data.mdb") in str(err.value)
+        with pytest.raises(DamagedFileError), counts.all() as it:
+            list(it)
+        assert (tmp_path / DAMAGE_FILE).read_bytes() == b"counts\ncounts\n"
+        position = task.input_position
+    with Task(tmp_path) as task:
+        counts, clicks = kv(task), window(task)
+        report = task.initialize()
+        assert report.rebuilt == ["counts"]  # only the damaged store
+        assert report.restored["counts"] == 50 and report.restored["clicks"] == 0
+        assert task.input_position == position == 50
+        with counts.all() as it:
+            assert {kv.key: kv.value for kv in it} == VALUES
+        assert clicks.fetch("user-7", 7000) == VALUES["user-7"]
+        counts.put("user-7", 1)
+        task.commit(input_position=51)
+    assert not (tmp_path / DAMAGE_FILE).exists()
+    with Task(tmp_path) as task:
+        counts = kv(task)
+        assert task.initialize().rebuilt == []
+        assert counts.get("user-7") == 1
+
+
+def test_a_damaged_segment_rebuilds_its_window_store(tmp_path: Path) -> None:
+    write(tmp_path)
+    key = b"user-3" + (3000).to_bytes(8, "big") + (0).to_bytes(4, "big")
+    flip_value(tmp_path, key, VALUES["user-3"].to_bytes(8, "big"))
+    with Task(tmp_path) as task:
+        clicks = window(task)
+        task.initialize()
+        with pytest.raises(DamagedFileError) as err:
+            clicks.fetch("user-3", 3000)
+        assert err.value.database is not None and err.value.database.startswith("clicks.")
+    with Task(tmp_path) as task:
+        counts, clicks = kv(task), window(task)
+        report = task.initialize()
+        assert report.rebuilt == ["clicks"]
+        assert clicks.fetch("user-3", 3000) == VALUES["user-3"]
+        assert counts.get("user-3") == VALUES["user-3"]
+
+
+def test_a_damaged_store_without_a_changelog_is_refused(tmp_path: Path) -> None:
+    with txstore.open(tmp_path) as db:
+        plain = db.key_value_store("plain", Serdes.string(), Serdes.long())
+        plain.put("a", 1)
+        plain.commit(changelog_offset=1)
+    flip_value(tmp_path, b"a", (1).to_bytes(8, "big"))
+    with txstore.open(tmp_path) as db:
+        plain = db.key_value_store("plain", Serdes.string(), Serdes.long())
+        with pytest.raises(DamagedFileError):
+            plain.get("a")
+    before = (tmp_path / "data" / "data.mdb").read_bytes()
+    with pytest.raises(DamagedFileError) as err:
+        Task(tmp_path)
+    assert "'plain'" in str(err.value) and "no changelog" in str(err.value)
+    assert (tmp_path / "data" / "data.mdb").read_bytes() == before  # nothing changed
+    assert (tmp_path / DAMAGE_FILE).exists()
