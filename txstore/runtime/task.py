@@ -370,6 +370,7 @@ class Task:
         if total == 0:
             return 0
         pending_bytes = 0
+        restore_batch = getattr(raw, "restore_batch", None) if entry.kind == "key_value" else None
         offsets: list[int] = []
         keys: list[bytes] = []
         values: list[bytes | None] = []
@@ -382,12 +383,15 @@ class Task:
             stored = values[:n]
             if entry.format != ValueFormat.PLAIN:
                 stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
-            pairs = list(zip(keys[:n], stored, strict=True))
-            if entry.kind == "key_value":
-                raw.put_all(pairs)
+            if restore_batch is not None:  # one synced transaction, past the overlay
+                restore_batch(keys[:n], stored, offsets[n - 1] + 1)
             else:
-                raw.restore(pairs)
-            raw.commit(offsets[n - 1] + 1)
+                pairs = list(zip(keys[:n], stored, strict=True))
+                if entry.kind == "key_value":
+                    raw.put_all(pairs)
+                else:
+                    raw.restore(pairs)
+                raw.commit(offsets[n - 1] + 1)
             restored += n
             for column in (offsets, keys, values, stamps, headers):
                 del column[:n]
@@ -408,7 +412,7 @@ class Task:
                 stamps.extend(batch.timestamps[:n])
                 headers.extend(batch.headers[:n])
                 pending_bytes += sum(map(len, batch.keys[:n])) + 128 * n
-                pending_bytes += sum(len(v) for v in batch.values[:n] if v is not None)
+                pending_bytes += sum(map(len, filter(None, batch.values[:n])))  # None: 0 bytes
                 while len(keys) >= RESTORE_BATCH:
                     flush(RESTORE_BATCH)
                 if keys and pending_bytes >= self._restore_bytes:
