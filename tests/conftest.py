@@ -2,17 +2,20 @@
 
 ``--run-slow`` runs the tests marked ``slow`` (long stress runs, declared in pyproject.toml);
 without it they are reported as skipped, with the reason. ``db`` is a writable partition in the
-test's temporary directory, closed after the test.
+test's temporary directory, closed after the test. Closing with uncommitted writes is not
+an error in the tests (see ``discarding_at_close_is_expected``).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import txstore
+from txstore.errors import UncommittedWritesWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,6 +33,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def discarding_at_close_is_expected() -> None:
+    """Closing with uncommitted writes discards them (Kafka's semantics) with an
+    UncommittedWritesWarning; many tests close so on purpose (a reopen keeps committed state
+    only), and some modules mark every warning an error. Tests of the warning itself use
+    ``pytest.warns``, which sees it regardless (tests/runtime/test_database_close.py)."""
+    warnings.filterwarnings("ignore", category=UncommittedWritesWarning)
 
 
 @pytest.fixture

@@ -139,3 +139,24 @@ def test_the_site_builds_strictly_with_every_exported_name(tmp_path: Path) -> No
     # The reST roles of the docstrings were turned into links or code, not printed as such.
     leftover = sorted(set(re.findall(r":(?:class|meth|func|attr|mod|data):`", html)))
     assert not leftover, f"reST roles left in the reference: {leftover}"
+    # Opened from disk, the site's links work: pages are files (use_directory_urls: false),
+    # not folders a browser lists.
+    assert (site / "reference" / "runtime.html").is_file()
+    assert not (site / "reference" / "runtime").exists()
+    # No page of the reference is one huge page (Stores and builders was 500 KB).
+    sizes = {p.name: p.stat().st_size for p in pages}
+    assert max(sizes.values()) < 450_000, sizes
+    # What a Task's user needs is on the page, not in "the module docstring".
+    runtime = (site / "reference" / "runtime.html").read_text(encoding="utf-8")
+    task = runtime[
+        runtime.index('id="txstore.Task"') : runtime.index('id="txstore.runtime.snapshot')
+    ]
+    assert "module docstring" not in re.sub(r"<[^>]+>", "", task)
+    for attr in ("path", "db", "context", "changelog", "open_changelog"):
+        assert f"txstore.Task.{attr}" in anchors, attr
+    for field in ("unclean_shutdown", "discarded", "rolled_back", "restored"):
+        assert f"txstore.runtime.task.RestoreReport.{field}" in anchors, field
+    # A typed store is made by a builder: its internal constructor is not shown as public.
+    kv = re.sub(r"<[^>]+>", "", (site / "reference" / "kv-stores.html").read_text())
+    heading = kv[kv.index("txstore.KeyValueStore") :][:400]
+    assert "key_serde" not in heading and "inner" not in heading, heading

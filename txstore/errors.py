@@ -234,3 +234,20 @@ class TruncatedResultError(TxStoreError):
     be resumed (the server gave no resume position, e.g. an older server, or the query was not
     on one partition): the client raises rather than return part of the answer. Narrow the
     query (a smaller key or time range), or pass ``limit`` to ask for the first items only."""
+
+
+class StoreNotChangeloggedError(InvalidStateStoreError):
+    """A store committed without a changelog (by :func:`txstore.open`) was opened in a
+    :class:`~txstore.runtime.task.Task`, which restores its stores from their changelogs and so
+    cannot take it over. Nothing was changed; its data is only in the store: keep opening it with
+    ``txstore.open``, or copy its records into a new task's store."""
+
+
+class TxStoreWarning(UserWarning):
+    """Base class of the warnings txstore gives."""
+
+
+class UncommittedWritesWarning(TxStoreWarning):
+    """A database or task was closed with writes it had not committed: they were discarded
+    (Kafka's semantics: what is not committed is processed again). Commit before closing, or
+    leave the ``with`` block by an exception (a rollback, without this warning)."""

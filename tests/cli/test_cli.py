@@ -56,7 +56,8 @@ def test_help_lists_every_subcommand() -> None:
 def test_stat(state: Path) -> None:
     out = txstore("stat", str(state)).stdout
     assert "counts" in out and "HEADERS" in out
-    rows = [json.loads(line) for line in txstore("stat", str(state), "--json").stdout.splitlines()]
+    out_lines = txstore("stat", str(state), "--json-lines").stdout.splitlines()
+    rows = [json.loads(line) for line in out_lines]
     assert {(r["partition"], r["store"]) for r in rows} == {
         (p, s) for p in (0, 1) for s in ("counts", "latest", "tagged")
     }
@@ -67,7 +68,7 @@ def test_dump_and_get(state: Path) -> None:
     assert len(lines) == len(model(40)["counts"])
     recs = [
         json.loads(x)
-        for x in txstore("dump", str(state), "counts", "--json").stdout.split("\n")
+        for x in txstore("dump", str(state), "counts", "--json-lines").stdout.split("\n")
         if x
     ]
     assert len(recs) == 14
@@ -87,7 +88,7 @@ def test_a_store_made_at_the_bytes_level_is_inspected_like_the_others(tmp_path: 
         raw = BytesKeyValueStore("raw", p)
         raw.put_all([(b"k1", b"v1"), (b"k2", b"\xff")])
         raw.commit(7)
-    stat = json.loads(txstore("stat", str(tmp_path / "p"), "--json").stdout)
+    stat = json.loads(txstore("stat", str(tmp_path / "p"), "--json-lines").stdout)
     assert (stat["store"], stat["format"], stat["entries"]) == ("raw", "bytes", 2)
     assert txstore("check", str(tmp_path / "p")).returncode == 0
     dump = txstore("dump", str(tmp_path / "p"), "raw").stdout.splitlines()
@@ -95,7 +96,8 @@ def test_a_store_made_at_the_bytes_level_is_inspected_like_the_others(tmp_path: 
 
 
 def test_offsets_and_check(state: Path) -> None:
-    rows = [json.loads(x) for x in txstore("offsets", str(state), "--json").stdout.splitlines()]
+    out_lines = txstore("offsets", str(state), "--json-lines").stdout.splitlines()
+    rows = [json.loads(x) for x in out_lines]
     assert all(r["lag"] == 0 for r in rows)
     assert txstore("check", str(state)).stdout.strip().endswith("ok")
 
@@ -149,6 +151,9 @@ def test_check_next_to_a_live_spilling_writer_passes_and_reports_a_crashed_ones_
     dead = txstore("check", str(path), check=False)
     assert dead.returncode == 1
     assert dead.stdout.splitlines()[1:] == [
+        "NOTE unclean shutdown: the last writer of this partition did not close it (it was "
+        "killed or crashed); its next writer discards what it left uncommitted (a Task's "
+        "initialize() reports what)",
         f"PROBLEM leftover spill: {spill} holds uncommitted data of a crashed writer; opening "
         "the partition for writing (or recover()) deletes it",
         "1 problem(s)",

@@ -47,16 +47,17 @@ def test_version_and_an_example_in_every_help() -> None:
 
 
 def test_dump_json_is_json_lines_of_plain_values_for_every_store_kind(state: Path) -> None:
-    stores = sorted({r["store"] for r in json_lines(txstore("stat", str(state), "--json").stdout)})
+    stat = txstore("stat", str(state), "--json-lines").stdout
+    stores = sorted({r["store"] for r in json_lines(stat)})
     assert len(stores) == 10
     jq = shutil.which("jq")
     for store in stores:
         for raw in ((), ("--raw",)):
-            text = txstore("dump", str(state), store, "--json", *raw).stdout
+            text = txstore("dump", str(state), store, "--json-lines", *raw).stdout
             records = json_lines(text)  # every line is one JSON document
             assert records and {r["partition"] for r in records} == {0, 1}
             for r in records:
-                assert set(r) == {"partition", "key", "value"}
+                assert set(r) == {"partition_id", "partition", "key", "value"}
                 if store.startswith(("win", "ses")):  # windowed keys: key and window object
                     assert set(r["key"]) == {"key", "window"}
                     assert set(r["key"]["window"]) == {"start", "end"}
@@ -74,16 +75,18 @@ def test_dump_json_is_json_lines_of_plain_values_for_every_store_kind(state: Pat
 
 
 def test_values_keys_and_headers_decode_to_json_values(state: Path) -> None:
-    one = txstore("dump", str(state / "0"), "kv_headers", "--json", "--limit", "1")
+    one = txstore("dump", str(state / "0"), "kv_headers", "--json-lines", "--limit", "1")
     [kv] = json_lines(one.stdout)
     assert kv["partition"] is None  # a partition directory
     assert isinstance(kv["key"], str) and isinstance(kv["value"]["value"], str)
     assert isinstance(kv["value"]["timestamp"], int)
     assert all(set(h) == {"key", "value"} for h in kv["value"]["headers"])
-    [ts] = json_lines(txstore("dump", str(state), "win_ts", "--json", "--limit", "1").stdout)
+    [ts] = json_lines(txstore("dump", str(state), "win_ts", "--json-lines", "--limit", "1").stdout)
     assert isinstance(ts["value"]["value"], int) and isinstance(ts["value"]["timestamp"], int)
-    [got] = json_lines(txstore("get", str(state), "kv_plain", "k1", "--json").stdout)
-    assert set(got) == {"partition", "store", "key", "value"} and isinstance(got["value"], int)
+    [got] = json_lines(txstore("get", str(state), "kv_plain", "k1", "--json-lines").stdout)
+    assert set(got) == {"partition_id", "partition", "store", "key", "value"} and isinstance(
+        got["value"], int
+    )
     text = txstore("dump", str(state), "win_plain", "--limit", "1").stdout  # text: compact JSON
     partition, key, value = text.rstrip("\n").split("\t")
     assert partition == "0" and json.loads(key)["window"]["start"] == 0 and int(value) >= 0
@@ -91,16 +94,16 @@ def test_values_keys_and_headers_decode_to_json_values(state: Path) -> None:
 
 def test_every_data_command_prints_json_lines(state: Path, tmp_path: Path) -> None:
     for cmd in ("stat", "offsets", "check"):
-        rows = json_lines(txstore(cmd, str(state), "--json").stdout)
+        rows = json_lines(txstore(cmd, str(state), "--json-lines").stdout)
         assert rows and all(isinstance(r, dict) for r in rows), cmd
-    [report] = json_lines(txstore("check", str(state), "--deep", "--json", "-q").stdout)
+    [report] = json_lines(txstore("check", str(state), "--deep", "--json-lines", "-q").stdout)
     assert report["ok"] is True and report["partitions"] == 2
-    snap = txstore("snapshot", str(state), str(tmp_path / "snap"), "--json", "-q")
+    snap = txstore("snapshot", str(state), str(tmp_path / "snap"), "--json-lines", "-q")
     [manifest] = json_lines(snap.stdout)
     assert manifest["partitions"] == [0, 1] and len(manifest["stores"]) == 10
     assert snap.stderr == ""  # -q: no chatter
     quick = ["--kills", "1", "--wipe-sizes", "", "--out", "", "-q", "--no-reader", "--keys", "20"]
-    ct = txstore("crashtest", "--points", "task.after_store_commit", "--json", *quick)
+    ct = txstore("crashtest", "--points", "task.after_store_commit", "--json-lines", *quick)
     [summary] = json_lines(ct.stdout)
     assert summary["ok"] is True and summary["totals"]["kills"] == 1 and ct.stderr == ""
 
@@ -108,7 +111,7 @@ def test_every_data_command_prints_json_lines(state: Path, tmp_path: Path) -> No
 def test_progress_bars_go_to_stderr_on_a_terminal_or_when_asked(state: Path) -> None:
     plain = txstore("check", str(state))
     assert plain.stderr == ""  # stderr is not a terminal here, and no bar was asked for
-    asked = txstore("check", str(state), "--progress", "--json")
+    asked = txstore("check", str(state), "--progress", "--json-lines")
     [report] = json_lines(asked.stdout)  # stdout: the JSON only
     assert report["ok"] is True and "2/2" in asked.stderr
     assert txstore("check", str(state), "--progress", "-q").stderr == ""  # -q wins
@@ -117,7 +120,8 @@ def test_progress_bars_go_to_stderr_on_a_terminal_or_when_asked(state: Path) -> 
 def test_partitions_means_the_same_in_every_command(state: Path, tmp_path: Path) -> None:
     for args in (("dump", str(state), "kv_plain"), ("check", str(state)),
                  ("snapshot", str(state), str(tmp_path / "s"))):  # fmt: skip
-        only = txstore(*args, "--partitions", "1", "--json", "-q" if args[0] != "dump" else "--raw")
+        last = "-q" if args[0] != "dump" else "--raw"
+        only = txstore(*args, "--partitions", "1", "--json-lines", last)
         rows = json_lines(only.stdout)
         if args[0] == "dump":
             assert {r["partition"] for r in rows} == {1}
@@ -287,7 +291,7 @@ def test_export_through_a_real_jvm_keeps_quiet_and_leaves_only_dest(
     if java_problem() is not None:
         pytest.skip(f"no Java for Spark: {java_problem()}")
     out = tmp_path / "out"
-    proc = txstore("export", str(state / "0"), str(out), "--store", "win_th", "-q", "--json")
+    proc = txstore("export", str(state / "0"), str(out), "--store", "win_th", "-q", "--json-lines")
     assert proc.stderr == ""
     [result] = json_lines(proc.stdout)
     assert result["rows"] == 10 and result["dest"] == str(out)

@@ -398,12 +398,12 @@ def test_cli_dump_and_stat_show_the_timestamp(tmp_path: Path) -> None:
 
     text = cli("dump", str(tmp_path), "ts")
     assert text.split("\t")[2].strip() == '{"value":5,"timestamp":1700000000000}'
-    rec = json.loads(cli("dump", str(tmp_path), "th", "--json"))
+    rec = json.loads(cli("dump", str(tmp_path), "th", "--json-lines"))
     assert rec["key"] == {"key": "a", "window": {"start": 0, "end": 10}}
     assert rec["value"] == {"value": 6, "timestamp": 42, "headers": [{"key": "h", "value": "78"}]}
     stat = {
         r["store"]: r
-        for r in map(json.loads, cli("stat", str(tmp_path), "--json").split("\n")[:-1])
+        for r in map(json.loads, cli("stat", str(tmp_path), "--json-lines").split("\n")[:-1])
     }
     assert (stat["ts"]["kind"], stat["ts"]["format"]) == ("session", "TIMESTAMPED")
     assert stat["th"]["format"] == "HEADERS"

@@ -23,7 +23,7 @@ writes nothing, where writing the store first left a write in it that its change
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +45,16 @@ __all__ = [
 
 @dataclass
 class RecordContext:
-    """The timestamp and serialized headers of the input record being processed; the task sets
-    it before processing each record (Kafka's ``ProcessorContext`` record metadata)."""
+    """The timestamp and serialized headers of the input record being processed (Kafka's
+    ``ProcessorContext`` record metadata). Kafka Streams sets it for you; in txstore **you**
+    set it, ``task.context.timestamp = record_ms`` (and ``headers``), before processing each
+    record: the changelog records of its writes carry them. Unset, the timestamp is -1."""
 
     timestamp: int = -1
+    """The record's timestamp, epoch milliseconds (-1: none)."""
     headers: bytes = b""
+    """The record's headers in Kafka's serialized layout
+    (``txstore.codecs.encode_headers([("name", b"value")])``)."""
 
 
 class _ChangeLogging:
@@ -62,6 +67,10 @@ class _ChangeLogging:
         self.changelog = changelog
         self.format = ValueFormat(fmt)
         self.context = context
+        # A task's changelog refuses writes before the task is initialized, before the store
+        # is written (``TaskChangelog.check_append``); asked until it first accepts (a task
+        # never goes back to created), so a running task's writes pay one ``is None``.
+        self._gate: Callable[[], None] | None = getattr(changelog, "check_append", None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -87,6 +96,9 @@ class _ChangeLogging:
     def _record(self, key: bytes, raw: bytes | None) -> tuple[bytes, bytes | None, int, bytes]:
         """The changelog record of writing ``raw`` under ``key``, checked as the changelog
         checks it (a typed error for a record it would refuse)."""
+        if self._gate is not None:
+            self._gate()
+            self._gate = None
         ctx = self.context
         rec: tuple[bytes, bytes | None, int, bytes]
         if raw is None:

@@ -100,6 +100,7 @@ __all__ = [
     "FileChangelog",
     "RecordBatch",
     "RecordIterator",
+    "interrupted_creation",
 ]
 
 
@@ -251,8 +252,7 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
             raise ConfigConflictError(
                 f"{self.path!r} is not a txstore changelog directory (no {META_FILE})"
             )
-        ours = (LOCK_FILE, META_FILE + ".tmp")  # a crash while creating it leaves these
-        foreign = sorted(n for n in os.listdir(self.path) if n not in ours)
+        foreign = sorted(n for n in os.listdir(self.path) if n not in _CREATION_FILES)
         if foreign:
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise ConfigConflictError(
@@ -538,6 +538,20 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
         assert self._next >= self._committed_end + buffered
         if not self.in_transaction:
             assert self._written_pos == self._committed_pos and not buffered
+
+
+#: What a crash while a changelog directory is being created can leave in it.
+_CREATION_FILES = (LOCK_FILE, META_FILE + ".tmp")
+
+
+def interrupted_creation(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` is a changelog whose creation was interrupted: no
+    ``changelog.json`` and nothing but what creating one writes first (the lock file, a
+    temporary metadata file). A writer's open completes it; a reader reads it as a changelog
+    with nothing committed. O(1): one listing."""
+    if os.path.exists(os.path.join(path, META_FILE)):
+        return False
+    return all(n in _CREATION_FILES for n in os.listdir(path))
 
 
 def _ino(path: str) -> int | None:

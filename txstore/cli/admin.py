@@ -1,8 +1,9 @@
 """The inspection commands of ``txstore``: ``stat``, ``dump``, ``get``, ``offsets``, ``check``.
 
 Each opens partitions read-only (:mod:`txstore.runtime.admin`), so it is safe next to a running
-writer, and prints a table or text lines, or JSON lines of plain values with ``--json``
-(:func:`txstore.cli.common.to_plain`). Exit codes: :mod:`txstore.cli.common`.
+writer, and prints a table or text lines, or plain values as one JSON document with
+``--json`` (JSON lines with ``--json-lines``; :func:`txstore.cli.common.to_plain`). Exit
+codes: :mod:`txstore.cli.common`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from txstore.cli.common import (
     EXIT_OK,
     Reporter,
     emit_json,
+    emit_json_rows,
     json_option,
     partitions_option,
     print_table,
     progress_option,
     quiet_option,
+    select_partitions,
     text_of,
+    with_partition_id,
 )
 
 __all__ = ["register"]
@@ -30,26 +34,30 @@ __all__ = ["register"]
 _PATH = click.Path(exists=True, file_okay=False)
 
 
-def _stat(path: str, as_json: bool) -> int:
+def _stat(path: str, as_json: bool, json_lines: bool) -> int:
     """Stores, kinds, formats, committed entries and offsets, serdes and sizes of PATH (a
     partition directory or a state directory), one row per partition and store.
 
     \b
     Example:
       txstore stat demo-out/state
-      txstore stat demo-out/state --json | jq -r .store
+      txstore stat demo-out/state --json | jq -r '.[].store'
     """
     from txstore.runtime import admin
 
     rows = admin.stat(path)
-    if as_json:
-        for r in rows:
-            emit_json(r)
+    if as_json or json_lines:
+        emit_json_rows(map(with_partition_id, rows), lines=json_lines)
         return EXIT_OK
-    for r in rows:
-        r["size"] = f"{r['partition_data_bytes'] / 2**20:.1f} MiB"
+    seen: set[object] = set()
+    for r in rows:  # the partition's LMDB file: its size on the partition's first row only
+        first = r["partition"] not in seen
+        seen.add(r["partition"])
+        r["data size"] = f"{r['partition_data_bytes'] / 2**20:.1f} MiB" if first else ""
+        logged = r["changelog_bytes"]  # 0: no changelog (a store of txstore.open)
+        r["changelog size"] = f"{logged / 2**20:.1f} MiB" if logged else "-"
     print_table(rows, ["partition", "store", "kind", "format", "entries", "committed_offset",
-                       "key_serde", "value_serde", "size"])  # fmt: skip
+                       "key_serde", "value_serde", "data size", "changelog size"])  # fmt: skip
     return EXIT_OK
 
 
@@ -60,20 +68,24 @@ def _dump(
     limit: int | None,
     raw: bool,
     as_json: bool,
+    json_lines: bool,
 ) -> int:
     """The committed records of STORE in PATH, partition by partition in key order, decoded
     by the store's recorded serdes: a line per record, PARTITION<TAB>KEY<TAB>VALUE (bytes as
-    hex, structured keys and values as compact JSON), or one JSON object per line with
-    --json: {"partition": 0, "key": ..., "value": ...}; a windowed key is {"key": ...,
-    "window": {"start": ms, "end": ms}}, a timestamped value {"value": ..., "timestamp": ms}.
+    hex, structured keys and values as compact JSON), or a JSON array of objects with --json
+    (one object per line with --json-lines): {"partition_id": 0, "partition": 0, "key": ...,
+    "value": ...}; a windowed key is {"key": ..., "window": {"start": ms, "end": ms}}, a
+    timestamped value {"value": ..., "timestamp": ms}.
 
     \b
     Example:
       txstore dump demo-out/state sessions --partitions 0 --limit 5
-      txstore dump demo-out/state user-totals --json | jq -c '{k: .key, v: .value.value}'
+      txstore dump demo-out/state user-totals --json-lines | jq -c '{k: .key, v: .value.value}'
     """
     from txstore.runtime import admin
 
+    if partitions is not None:
+        select_partitions(path, partitions)
     records = admin.dump(
         path,
         store,
@@ -81,16 +93,16 @@ def _dump(
         decode=not raw,
         limit=limit,
     )
+    if as_json or json_lines:
+        emit_json_rows(map(with_partition_id, records), lines=json_lines)
+        return EXIT_OK
     for rec in records:
-        if as_json:
-            emit_json(rec)
-        else:
-            number = "" if rec["partition"] is None else rec["partition"]
-            click.echo(f"{number}\t{text_of(rec['key'])}\t{text_of(rec['value'])}")
+        number = "" if rec["partition"] is None else rec["partition"]
+        click.echo(f"{number}\t{text_of(rec['key'])}\t{text_of(rec['value'])}")
     return EXIT_OK
 
 
-def _get(path: str, store: str, key: str, as_json: bool) -> int:
+def _get(path: str, store: str, key: str, as_json: bool, json_lines: bool) -> int:
     """The committed value of KEY in key-value store STORE. KEY is text: a number for
     integer/long serdes, JSON for json, UTF-8 for bytes. In a state directory the key's
     partition is found with Kafka's default partitioner. Exit 1 when no partition holds it.
@@ -103,8 +115,9 @@ def _get(path: str, store: str, key: str, as_json: bool) -> int:
     from txstore.runtime import admin
 
     partition, value = admin.get(path, store, key)
-    if as_json:
-        emit_json({"partition": partition, "store": store, "key": key, "value": value})
+    if as_json or json_lines:
+        row = {"partition": partition, "store": store, "key": key, "value": value}
+        emit_json(with_partition_id(row))
     elif value is None:
         click.echo("(no value)")
     else:
@@ -112,7 +125,7 @@ def _get(path: str, store: str, key: str, as_json: bool) -> int:
     return EXIT_OK if value is not None else EXIT_NEGATIVE
 
 
-def _offsets(path: str, as_json: bool) -> int:
+def _offsets(path: str, as_json: bool, json_lines: bool) -> int:
     """Per partition and store: the store's committed offset, its changelog's committed end,
     the last committed input position, and the lag of the store behind its changelog.
 
@@ -123,9 +136,8 @@ def _offsets(path: str, as_json: bool) -> int:
     from txstore.runtime import admin
 
     rows = admin.offsets(path)
-    if as_json:
-        for r in rows:
-            emit_json(r)
+    if as_json or json_lines:
+        emit_json_rows(map(with_partition_id, rows), lines=json_lines)
         return EXIT_OK
     print_table(rows, ["partition", "store", "store_offset", "changelog_end",
                        "input_position", "lag"])  # fmt: skip
@@ -137,6 +149,7 @@ def _check(
     deep: bool,
     partitions: frozenset[int] | None,
     as_json: bool,
+    json_lines: bool,
     quiet: bool,
     progress: bool | None,
 ) -> int:
@@ -154,12 +167,7 @@ def _check(
 
     parts = admin.partitions_of(path)
     if partitions is not None:
-        missing = sorted(partitions - {n for n in parts if n is not None})
-        if missing:
-            raise click.BadParameter(
-                f"{path} has no partition {', '.join(map(str, missing))}",
-                param_hint="'--partitions'",
-            )
+        select_partitions(path, partitions)
         parts = {n: p for n, p in parts.items() if n in partitions}
     report = admin.CheckReport(deep=deep)
     out = Reporter("check", quiet, progress)
@@ -176,8 +184,11 @@ def _check(
             report.problems += [dataclasses.replace(p, partition=number) for p in one.problems]
             report.notes += [dataclasses.replace(p, partition=number) for p in one.notes]
             bar.advance()
-    if as_json:
-        emit_json(dataclasses.asdict(report) | {"ok": report.ok})
+    if as_json or json_lines:
+        doc = dataclasses.asdict(report) | {"ok": report.ok}
+        for kind in ("problems", "notes"):
+            doc[kind] = [with_partition_id(p) for p in doc[kind]]
+        emit_json(doc)
         return EXIT_OK if report.ok else EXIT_NEGATIVE
     read = f"{report.rows_read:,} rows and {report.changelog_records:,} changelog records"
     click.echo(f"{report.partitions} partition(s), {report.stores} store(s), {read} read")

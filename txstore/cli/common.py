@@ -1,5 +1,6 @@
 """What every ``txstore`` command shares: exit codes, errors, the options that mean the same
-thing everywhere, JSON lines of plain values, tables and progress bars (rich, on stderr).
+thing everywhere, JSON of plain values (one document, or JSON lines), tables and progress bars
+(rich, on stderr).
 
 Exit codes (docs/cli.md, "Exit codes"), the same for every command:
 
@@ -23,7 +24,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, Final, TypeVar
 
 import click
@@ -39,17 +40,21 @@ __all__ = [
     "Reporter",
     "TxCommand",
     "emit_json",
+    "emit_json_rows",
     "json_option",
     "parse_partition_list",
+    "partition_not_found",
     "partitions_option",
     "print_table",
     "progress_option",
     "quiet_option",
     "require_java",
     "require_modules",
+    "select_partitions",
     "silence_stdout",
     "text_of",
     "to_plain",
+    "with_partition_id",
 ]
 
 EXIT_OK: Final = 0
@@ -165,16 +170,62 @@ def progress_option(f: F) -> F:
 
 
 def json_option(f: F) -> F:
-    """``--json``: JSON lines of plain values on stdout (bytes as hex)."""
+    """``--json``: one JSON document on stdout (an array of objects for a command that prints
+    rows); ``--json-lines``: one JSON object per line (what ``--json`` printed before 0.2:
+    streams, ``jq -c``). Plain values, bytes as hex. The command gets ``as_json`` and
+    ``json_lines``."""
+    f = click.option(
+        "--json-lines",
+        "json_lines",
+        is_flag=True,
+        help="Print JSON lines: one object per line (streams; jq -c), bytes as hex.",
+    )(f)
     return click.option(
         "--json",
         "as_json",
         is_flag=True,
-        help="Print JSON lines: one object per line, plain values, bytes as hex.",
+        help="Print one JSON document (rows as an array of objects), bytes as hex.",
     )(f)
 
 
-# ---- JSON lines of plain values -------------------------------------------------------------
+def partition_not_found(path: str, missing: list[int], present: list[int]) -> click.BadParameter:
+    """The one usage error (exit 2) of every command given ``--partitions`` that ``path``
+    does not have.
+
+    >>> partition_not_found("state", [7], [0, 1]).message
+    'state has no partition 7 (its partitions: 0, 1)'
+    """
+    have = ", ".join(map(str, present)) or "none"
+    return click.BadParameter(
+        f"{path} has no partition {', '.join(map(str, missing))} (its partitions: {have})",
+        param_hint="'--partitions'",
+    )
+
+
+def select_partitions(path: str, partitions: frozenset[int]) -> None:
+    """Raise :func:`partition_not_found` if a partition of ``--partitions`` is not at
+    ``path`` (a state directory, or a snapshot of one); a partition directory has no
+    numbered partitions, so any ``--partitions`` is that error there."""
+    from txstore.errors import InvalidArgumentError
+    from txstore.runtime.admin import partitions_of
+
+    try:
+        found = partitions_of(path)
+    except InvalidArgumentError:
+        return  # neither a partition nor a state directory: the command says what it is
+    if None in found:
+        raise click.BadParameter(
+            f"{path} is one partition directory: --partitions selects partitions of a state "
+            "directory (numbered partition directories)",
+            param_hint="'--partitions'",
+        )
+    present = sorted(n for n in found if n is not None)
+    missing = sorted(partitions - set(present))
+    if missing:
+        raise partition_not_found(path, missing, present)
+
+
+# ---- JSON of plain values -------------------------------------------------------------
 
 
 def to_plain(value: Any) -> Any:
@@ -219,9 +270,42 @@ def to_plain(value: Any) -> Any:
     return str(value)
 
 
+def with_partition_id(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` with ``partition_id`` first: txstore's one name for a partition's number in
+    rows (Spark's state reader's, and the txstore Spark source's column; docs/concepts.md).
+    The old key ``partition`` stays, with the same value, for the scripts that read it.
+
+    >>> with_partition_id({"partition": 2, "key": "k"})
+    {'partition_id': 2, 'partition': 2, 'key': 'k'}
+    """
+    return {"partition_id": row.get("partition"), **row}
+
+
 def emit_json(value: Any) -> None:
     """Print ``value`` as one line of JSON on stdout."""
     click.echo(json.dumps(to_plain(value), allow_nan=False, ensure_ascii=False))
+
+
+def emit_json_rows(rows: Iterable[Any], *, lines: bool) -> None:
+    """Print ``rows`` as one JSON array (one row per line inside it, written as they come:
+    nothing is held in memory), or with ``lines`` as JSON lines.
+
+    >>> emit_json_rows([{"a": b"\\x01"}, {"a": None}], lines=False)
+    [
+    {"a": "01"},
+    {"a": null}
+    ]
+    """
+    if lines:
+        for row in rows:
+            emit_json(row)
+        return
+    first = True
+    for row in rows:
+        line = json.dumps(to_plain(row), allow_nan=False, ensure_ascii=False)
+        click.echo(("[\n" if first else ",\n") + line, nl=False)
+        first = False
+    click.echo("[]" if first else "\n]")
 
 
 def text_of(value: Any) -> str:

@@ -257,7 +257,7 @@ def crashtest(**params: Any) -> int:
         if isinstance(exc, TxStoreError):
             raise
         raise CliError(f"txstore crashtest: error: {exc}", EXIT_USAGE) from exc
-    if params["as_json"]:
+    if params["as_json"] or params["json_lines"]:
         emit_json(report.to_json())
     else:
         click.echo(report.summary())

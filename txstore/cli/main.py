@@ -37,6 +37,7 @@ from txstore.cli.common import (
     quiet_option,
     require_java,
     require_modules,
+    select_partitions,
     silence_stdout,
 )
 from txstore.version import __version__
@@ -130,6 +131,7 @@ def snapshot(
     dest: str,
     partitions: frozenset[int] | None,
     as_json: bool,
+    json_lines: bool,
     quiet: bool,
     progress: bool | None,
 ) -> int:
@@ -146,9 +148,9 @@ def snapshot(
 
     out = Reporter("snapshot", quiet, progress)
     t0 = time.perf_counter()
+    if partitions is not None:
+        select_partitions(source, partitions)
     if os.path.isfile(os.path.join(source, "data", "data.mdb")):
-        if partitions is not None:
-            raise click.UsageError("--partitions needs a state directory, not a partition")
         manifest = snapshot_partition(source, dest)
     else:
         with out.bar("snapshot", None) as bar:
@@ -168,7 +170,7 @@ def snapshot(
         f"{len(manifest.store_names())} store(s), {size / 2**20:.1f} MiB in "
         f"{seconds:.2f} s at {manifest.root}"
     )
-    if as_json:
+    if as_json or json_lines:
         emit_json(
             {
                 "snapshot_id": manifest.snapshot_id,
@@ -198,6 +200,25 @@ def _spark_error(exc: BaseException) -> tuple[str, int]:
     return (text.strip().splitlines()[0] if text.strip() else type(exc).__name__), EXIT_ERROR
 
 
+def snapshot_choice(text: str) -> str:
+    """The ``--snapshot`` of ``export``: ``true``/``false`` (any case), or a directory given
+    unambiguously (a path with a ``/``, or an existing directory); anything else, a typo of
+    true or false such as ``maybe``, is a usage error (it used to become ``./maybe``).
+
+    >>> snapshot_choice("TRUE"), snapshot_choice("/tmp/snap")
+    ('true', '/tmp/snap')
+    """
+    if text.lower() in ("true", "false"):
+        return text.lower()
+    if os.sep in text or os.path.isdir(text):
+        return os.path.abspath(text)
+    raise click.BadParameter(
+        f"{text!r} is neither true, false nor a directory: give a snapshot directory as a "
+        f"path with a '/' (./{text})",
+        param_hint="'--snapshot'",
+    )
+
+
 @cli.command(context_settings=_CONTEXT)
 @click.argument("source", type=click.Path(exists=True, file_okay=False))
 @click.argument("dest", type=click.Path())
@@ -218,8 +239,8 @@ def _spark_error(exc: BaseException) -> tuple[str, int]:
     show_default=True,
     metavar="true|false|DIR",
     help="Live sources: true reads a snapshot taken at planning (removed at the end), false "
-    "reads the live partitions (fails if one commits meanwhile), DIR reads or takes the "
-    "snapshot in DIR and keeps it.",
+    "reads the live partitions (fails if one commits meanwhile), DIR (a path with a /, e.g. "
+    "./snap, or an existing directory) reads or takes the snapshot in DIR and keeps it.",
 )
 @click.option("--no-decode", is_flag=True, help="Keys and values as bytes (binary columns).")
 @click.option("--key-schema", metavar="DDL", help="Spark schema of JSON/custom-serde keys.")
@@ -244,6 +265,7 @@ def export(
     overwrite: bool,
     master: str,
     as_json: bool,
+    json_lines: bool,
     quiet: bool,
     progress: bool | None,
 ) -> int:
@@ -262,8 +284,9 @@ def export(
     from txstore.spark.options import parse_options
     from txstore.spark.plan import resolve
 
-    snapshot_option = snap if snap.lower() in ("true", "false") else os.path.abspath(snap)
-    options = {"snapshot": snapshot_option}
+    options = {"snapshot": snapshot_choice(snap)}
+    if partitions is not None:
+        select_partitions(source, partitions)
     if partitions is not None:
         options["partitions"] = ",".join(map(str, sorted(partitions)))
     if no_decode:
@@ -324,7 +347,7 @@ def export(
     out.say(
         f"wrote {result.rows} rows as {result.format} to {result.dest} in {result.seconds:.1f} s"
     )
-    if as_json:
+    if as_json or json_lines:
         emit_json(
             {
                 "store": spec.name,

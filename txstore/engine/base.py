@@ -309,6 +309,11 @@ class PartitionBase:
         """The committed changelog offset of ``store`` (None: never committed). O(log n)."""
         raise NotImplementedError
 
+    def committed_offsets(self, stores: Sequence[str]) -> dict[str, int | None]:
+        """The committed changelog offsets of ``stores`` (None: never committed), read
+        together (one read transaction for an LMDB partition). O(stores x log n)."""
+        return self._committed_offsets(list(stores))
+
     def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
         raise NotImplementedError
 

@@ -174,9 +174,13 @@ def acquire_env(
     map_size: int,
     max_dbs: int,
     max_readers: int,
+    *,
+    lock: bool = True,
 ) -> SharedEnv:
     """The environment of the directory ``data``, opened once per process and shared by the
-    partitions on it; at most one writable partition per path and process.
+    partitions on it; at most one writable partition per path and process. ``lock=False``
+    (read-only only) opens it without LMDB's lock table: for a reader that cannot write
+    ``lock.mdb`` and keeps writers out (:func:`~txstore.engine.writer_lock.hold_out_writers`).
 
     Before LMDB maps ``data.mdb`` the first time in this process, the file is checked
     (:func:`~txstore.engine.lmdb_files.check_data_file`): a truncated file or unreadable meta
@@ -207,7 +211,7 @@ def acquire_env(
                 readonly=readonly,
                 create=not readonly,
                 sync=sync,
-                lock=True,
+                lock=lock or not readonly,
                 max_spare_txns=0,  # spare read txns break the parent after a fork
             )
         except lmdb.Error as exc:
@@ -222,6 +226,7 @@ def acquire_env(
             "max_dbs": max_dbs,
             "max_readers": max_readers,
             "sync": sync,
+            "lock": lock or not readonly,
         }
         sh.max_dbs = max_dbs
         sh.reopen_at = dbi_reopen_threshold(max_dbs)
@@ -410,7 +415,6 @@ class SharedEnv:
                 subdir=True,
                 readonly=True,
                 create=False,
-                lock=True,
                 max_spare_txns=0,
                 **args,
             )

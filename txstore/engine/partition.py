@@ -83,6 +83,7 @@ from txstore.engine.writer_lock import (
     INSPECTOR_WAIT_S,
     WRITER_LOCK,
     closed_cleanly,
+    hold_out_writers,
     lock_writer,
     mark_clean_close,
     take_clean_close,
@@ -172,6 +173,10 @@ class Partition(PartitionWrites):
         """What the page walk at open read (``None``: not walked)."""
         self.write_generation = None if self.readonly else 0
         data = os.path.join(self.path, "data")
+        existed = os.path.isfile(os.path.join(data, "data.mdb"))
+        self.last_writer_closed_cleanly: bool | None = None
+        """A writer's open: whether the partition's last writer closed it normally (its
+        clean-close marker was there); ``None`` for a new partition or a read-only open."""
         if self.readonly:
             if not os.path.isfile(os.path.join(data, "data.mdb")):
                 raise StorageError(
@@ -182,14 +187,21 @@ class Partition(PartitionWrites):
             self._verify_readonly(data, mode)
         else:
             os.makedirs(data, exist_ok=True)
+        # A reader without write access to lock.mdb (another user's state, a backup) opens it
+        # as py-lmdb can: without LMDB's lock table, holding writers out while it reads.
+        lockless = self.readonly and not _lock_table_writable(data)
         try:
+            if lockless:
+                self._lock_fd = hold_out_writers(self.path)
             self._sh = acquire_env(
-                data, self.path, self.readonly, self.sync, map_size, max_dbs, max_readers
-            )
+                data, self.path, self.readonly, self.sync, map_size, max_dbs, max_readers,
+                lock=not lockless,
+            )  # fmt: skip
             track_partition(self)
             if not self.readonly:
                 self._lock_fd = lock_writer(self.path)
                 clean = take_clean_close(self.path, self.sync)
+                self.last_writer_closed_cleanly = clean if existed else None
                 if mode == "always" or (mode == "auto" and not clean):
                     self.page_walk = walk_data_file(os.path.join(data, "data.mdb"))
                 self._mark_on_close = True
@@ -243,3 +255,9 @@ class Partition(PartitionWrites):
                 )  # the environment is closed (or only read)
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _lock_table_writable(data: str) -> bool:
+    """Whether this process may write LMDB's ``lock.mdb`` in ``data`` (or create it)."""
+    lock = os.path.join(data, "lock.mdb")
+    return os.access(lock if os.path.exists(lock) else data, os.W_OK)

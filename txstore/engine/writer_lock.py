@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
-from txstore.errors import WriterLockedError
+from txstore.errors import StorageError, WriterLockedError
 
 try:
     import fcntl
@@ -34,6 +34,7 @@ __all__ = [
     "INSPECTOR_WAIT_S",
     "WRITER_LOCK",
     "closed_cleanly",
+    "hold_out_writers",
     "lock_writer",
     "mark_clean_close",
     "take_clean_close",
@@ -87,6 +88,35 @@ def writer_probe(path: str | os.PathLike[str]) -> Iterator[bool | None]:
         yield alive
     finally:
         os.close(fd)  # releases the shared lock
+
+
+def hold_out_writers(path: str) -> int | None:
+    """For a reader that cannot write the partition's ``lock.mdb`` (another user's state, a
+    backup), which LMDB then opens without its lock table: hold ``writer.lock`` shared, so that
+    no writer opens the partition while it reads (one that tries waits, then fails with
+    :class:`~txstore.errors.WriterLockedError`). Returns the descriptor to close when done
+    (None: no ``writer.lock``, no writer ever opened it; or no ``flock``). Raises
+    :class:`~txstore.errors.StorageError` if a writer has it open now: a reader without the
+    lock table would not be seen by it, and could read pages it reuses."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return None
+    try:
+        fd = os.open(os.path.join(path, WRITER_LOCK), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(
+            f"partition {path!r}: its lock.mdb is not writable for this user and a writer has "
+            "the partition open: LMDB needs a writable lock.mdb to read next to a writer. Read "
+            "it as its owner, or a snapshot of it (txstore snapshot, as the owner)"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def lock_writer(path: str) -> int | None:

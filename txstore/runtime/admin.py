@@ -1,6 +1,9 @@
 """Inspecting partition and state directories: what ``txstore stat | dump | get | offsets |
 check`` print. Everything here opens partitions read-only and reads committed data only, so it
-is safe to run next to a live writer.
+is safe to run next to a live writer. Partitions are opened with
+:func:`~txstore.runtime.committed.open_committed`: a store whose files lag its changelog's last
+complete task commit (a writer killed between its changelog and store commits) is read with the
+missing records replayed in memory, as the next task would serve it.
 
 A *path* is either one partition directory (holding ``data/``) or a state directory of
 partition directories (``<state_dir>/<n>/``, see :mod:`txstore.runtime.statedir`).
@@ -17,11 +20,13 @@ from typing import Any
 
 from txstore import codecs
 from txstore.bytestores.segment_check import skip_key_check
-from txstore.changelog.log import FileChangelog
+from txstore.changelog.log import FileChangelog, interrupted_creation
 from txstore.engine.partition import Partition, writer_probe
+from txstore.engine.writer_lock import closed_cleanly
 from txstore.errors import InvalidArgumentError, TxStoreError
 from txstore.runtime import changelog_check, deep_check
 from txstore.runtime.catalog import RowDecoder, open_view
+from txstore.runtime.committed import open_committed
 from txstore.runtime.statedir import changelog_stores, partition_dirs
 
 __all__ = ["Problem", "check", "dump", "get", "offsets", "partitions_of", "stat"]
@@ -53,7 +58,8 @@ def stat(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     configuration, bytes on disk (the partition's LMDB file and the store's changelog)."""
     rows: list[dict[str, Any]] = []
     for number, pdir in partitions_of(path).items():
-        with Partition(pdir, readonly=True) as part:
+        part, _ = open_committed(pdir)
+        with part:
             data_bytes = _dir_bytes(pdir / "data")
             for name in part.store_names():
                 meta = part.store_meta(name) or {}
@@ -107,7 +113,8 @@ def dump(
     for number, pdir in partitions_of(path).items():
         if partitions is not None and number not in partitions:
             continue
-        with Partition(pdir, readonly=True) as part, open_view(part, store) as view:
+        part, _ = open_committed(pdir)
+        with part, open_view(part, store) as view:
             decoder = RowDecoder(view.meta, decode=decode)
             with view.rows() as it:
                 for key, value in it:
@@ -145,8 +152,11 @@ def get(path: str | os.PathLike[str], store: str, key_text: str) -> tuple[int | 
     first = next(iter(parts.values()))
     with Partition(first, readonly=True) as part:
         meta = part.store_meta(store)
+        names = part.store_names()
     if meta is None:
-        raise InvalidArgumentError(f"no store {store!r} in {str(path)!r}")
+        raise InvalidArgumentError(
+            f"no store {store!r} in {str(path)!r}; stores: {', '.join(names) or 'none'}"
+        )
     decoder = RowDecoder(meta)
     kb = decoder.encode_key(parse_key(key_text, meta.get("key_serde", "string")))
     order = list(parts)
@@ -156,7 +166,8 @@ def get(path: str | os.PathLike[str], store: str, key_text: str) -> tuple[int | 
             order.remove(guess)
             order.insert(0, guess)
     for number in order:
-        with Partition(parts[number], readonly=True) as part, open_view(part, store) as view:
+        served, _ = open_committed(parts[number])
+        with served, open_view(served, store) as view:
             raw = view.get(kb)
             if raw is not None:
                 return number, decoder.value(raw)
@@ -164,11 +175,15 @@ def get(path: str | os.PathLike[str], store: str, key_text: str) -> tuple[int | 
 
 
 def offsets(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Per store and partition: the store's committed offset, its changelog's committed end
-    offset and last committed input position, and how far the store lags its changelog."""
+    """Per store and partition: the committed offset the store serves (``store_offset``, what a
+    restarted task holds), its changelog's end at the last complete task commit
+    (``changelog_end``) and the task's input position there (``input_position``), and how far
+    the store's files lag that commit (``lag``: records a reader replays in memory and the next
+    task restores). A changelog whose creation was interrupted reads as none."""
     rows: list[dict[str, Any]] = []
     for number, pdir in partitions_of(path).items():
-        with Partition(pdir, readonly=True) as part:
+        part, state = open_committed(pdir)
+        with part:
             for name in part.store_names():
                 committed = part.committed_offset(name)
                 row: dict[str, Any] = {
@@ -180,11 +195,11 @@ def offsets(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                     "lag": None,
                 }
                 log_dir = pdir / "changelog" / name
-                if log_dir.is_dir():
-                    with FileChangelog(log_dir, readonly=True) as log:
-                        row["changelog_end"] = log.committed_end_offset
-                        row["input_position"] = log.last_committed_input_position
-                        row["lag"] = log.committed_end_offset - (committed or 0)
+                if log_dir.is_dir() and not interrupted_creation(log_dir):
+                    start, end = state.tails.get(name, (None, committed or 0))
+                    row["changelog_end"] = end
+                    row["input_position"] = state.input_position
+                    row["lag"] = 0 if start is None else end - start
                 rows.append(row)
     return rows
 
@@ -252,6 +267,21 @@ def _check_spill(number: int | None, pdir: Path, report: CheckReport) -> None:
             )  # fmt: skip
 
 
+def _check_clean_close(number: int | None, pdir: Path, report: CheckReport) -> None:
+    """A note when the partition's last writer did not close it (killed or crashed): no
+    clean-close marker while no writer is alive. Not a problem: its next writer (a task's
+    ``initialize()``) discards what it left uncommitted and replays what the stores miss."""
+    if closed_cleanly(str(pdir)) or not (pdir / "data" / "data.mdb").is_file():
+        return
+    with writer_probe(pdir) as alive:
+        if alive is False and not closed_cleanly(str(pdir)):
+            report.notes.append(
+                Problem(number, "unclean shutdown", "the last writer of this partition did not "
+                        "close it (it was killed or crashed); its next writer discards what it "
+                        "left uncommitted (a Task's initialize() reports what)")
+            )  # fmt: skip
+
+
 def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
     """Verify a partition or state directory: every page of its LMDB file is sound (the page
     walk of :mod:`txstore.engine.lmdb_pages`), every store's metadata is readable and names a
@@ -270,6 +300,7 @@ def check(path: str | os.PathLike[str], *, deep: bool = False) -> CheckReport:
     for number, pdir in partitions_of(path).items():
         report.partitions += 1
         _check_spill(number, pdir, report)
+        _check_clean_close(number, pdir, report)
         try:
             # Every page of data.mdb walked before LMDB maps it (engine.lmdb_pages): a
             # damaged B-tree page is a problem here, not a SIGABRT in LMDB's assertions.

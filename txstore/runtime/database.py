@@ -34,8 +34,10 @@ from txstore.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     StoreClosedError,
+    UncommittedWritesWarning,
     UnsupportedOperationError,
 )
+from txstore.runtime.committed import CommittedState, open_committed
 from txstore.runtime.snapshot import Manifest, snapshot_partition
 from txstore.runtime.statedir import check_data_not_lost
 from txstore.runtime.transaction import Transaction
@@ -60,7 +62,7 @@ from txstore.stores.serdes import Serde, Serdes
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore
 
-__all__ = ["Database", "open"]
+__all__ = ["Database", "check_not_a_file", "open"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -123,7 +125,15 @@ class Database:
             kwargs["max_dbs"] = max_dbs
         if changelogs is None:
             check_data_not_lost(os.fspath(path))
-        self.partition = Partition(path, **kwargs)
+        self._committed = CommittedState()
+        self.partition: Partition
+        if readonly and changelogs is None:
+            # Served as committed: a changelog tail a dead writer left is replayed in memory,
+            # in a ReplayedPartition, which offers a Partition's surface (the rest delegated).
+            served, self._committed = open_committed(path, verify=verify, max_dbs=max_dbs)
+            self.partition = cast(Partition, served)
+        else:
+            self.partition = Partition(path, **kwargs)
         self.changelogs = changelogs
         self._stacks: dict[str, StoreStack] = {}
 
@@ -131,6 +141,13 @@ class Database:
     def path(self) -> str:
         """The partition directory. O(1)."""
         return str(self.partition.path)
+
+    @property
+    def input_position(self) -> int | None:
+        """Read-only databases: the input position of the partition's last complete task
+        commit, as its changelogs hold it (None: no task commit, or opened for writing; a
+        :class:`~txstore.runtime.task.Task` has its own). O(1)."""
+        return self._committed.input_position
 
     @property
     def closed(self) -> bool:
@@ -225,6 +242,7 @@ class Database:
         ...     seen = db.key_value_store("seen", Serdes.string(), Serdes.long(),
         ...                               format=ValueFormat.TIMESTAMPED)
         ...     seen.put("ada", ValueAndTimestamp(1, 1_700_000_000_000))
+        ...     seen.commit(1)
         ...     seen.get("ada").timestamp
         1700000000000
         """
@@ -358,6 +376,7 @@ class Database:
         ...         db.commit({"a": 6, "b": 4})          # b would go backwards
         ...     except txstore.OffsetError:
         ...         print("refused:", a.committed_offset, b.committed_offset)
+        ...     db.commit({"a": 6, "b": 6})
         refused: 5 5
         """
         self._check_open()
@@ -419,8 +438,8 @@ class Database:
 
         def rollback() -> None:
             for stack in stacks:
-                if stack.bytes_store.is_open:
-                    stack.bytes_store.recover(0)
+                if stack.unlogged_store.is_open:
+                    stack.unlogged_store.recover(0)
 
         return Transaction(lambda: self.commit(wanted), rollback)
 
@@ -436,24 +455,60 @@ class Database:
         self._check_open()
         return snapshot_partition(self.partition, dest)
 
+    def uncommitted_stores(self) -> list[str]:
+        """The open stores of this database holding writes not yet committed, sorted.
+        O(open stores)."""
+        return sorted(
+            s.name
+            for s in self._stacks.values()
+            if s.store.is_open and s.unlogged_store.approximate_num_uncommitted_bytes() > 0
+        )
+
     def close(self) -> None:
-        """Close every store and the environment; idempotent. Uncommitted writes are lost.
+        """Close every store and the environment; idempotent. Uncommitted writes are
+        discarded, as in Kafka Streams (what was not committed is processed again), with an
+        :class:`~txstore.errors.UncommittedWritesWarning` naming the stores (none when a
+        ``with`` block is left by an exception: that is a rollback).
 
         O(open stores + their open iterators + staged writes); nothing is written.
         """
+        self._close(warn=True, stacklevel=3)
+
+    def _close(self, *, warn: bool, stacklevel: int) -> None:
+        pending: list[str] = []
+        if warn and self.changelogs is None and not self.closed:
+            pending = self.uncommitted_stores()
         for stack in self._stacks.values():
             stack.store.close()
         self.partition.close()
+        if pending:  # once closed: a warning turned into an error leaks nothing
+            warnings.warn(
+                f"closing {self.path} discarded the uncommitted writes of stores {pending}: "
+                "commit them first (db.commit(offsets) or store.commit(offset)), or leave the "
+                "with block by an exception to roll back without this warning",
+                UncommittedWritesWarning,
+                stacklevel=stacklevel,
+            )
 
     def __enter__(self) -> Database:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close(warn=exc[0] is None, stacklevel=3)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<txstore.Database {self.path!r} {state}>"
+
+
+def check_not_a_file(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`~txstore.errors.InvalidArgumentError` if ``path`` is a file (a partition
+    is a directory); it was a bare ``NotADirectoryError``."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InvalidArgumentError(
+            f"{os.fspath(path)!r} is a file: a partition is a directory (txstore.open "
+            "creates it; a state directory holds one per partition)"
+        )
 
 
 def open(
@@ -493,8 +548,10 @@ def open(
     it from its changelogs); :class:`~txstore.errors.DamagedFileError` (a ``StorageError``)
     for a truncated or unreadable ``data/data.mdb`` or a damaged page the walk found;
     :class:`~txstore.errors.InvalidTypeError` or :class:`~txstore.errors.InvalidArgumentError`
-    for a size that is not a positive ``int`` or a ``verify`` that is not one of the three.
+    for a size that is not a positive ``int`` or a ``verify`` that is not one of the three,
+    and ``InvalidArgumentError`` for a ``path`` that is a file.
     """
+    check_not_a_file(path)
     return Database(
         path,
         readonly=readonly,

@@ -66,8 +66,9 @@ from typing import Any, Final
 from txstore.engine.base import PartitionBase, Snapshot
 from txstore.engine.iterators import KeyRange
 from txstore.engine.partition import Partition
-from txstore.engine.partition_reads import LmdbSnapshot
+from txstore.engine.replayed import ReplayedPartition, write_tail
 from txstore.errors import InvalidArgumentError, InvalidTypeError, StorageError
+from txstore.runtime.committed import open_committed
 from txstore.runtime.statedir import partition_dirs
 from txstore.version import __version__
 
@@ -230,12 +231,13 @@ class Manifest:
 # run inside the snapshot's own gate, so a map resize in this process cannot interleave.
 
 
-def _txn_id(snap: LmdbSnapshot) -> int:
+def _txn_id(snap: Any) -> int:
     """The LMDB transaction id the snapshot reads (equal ids: equal bytes)."""
-    return snap.txn_id()
+    txnid: int = snap.txn_id()
+    return txnid
 
 
-def _copy_env(partition: Partition, snap: LmdbSnapshot, dest_data: str) -> None:
+def _copy_env(partition: PartitionBase, snap: Any, dest_data: str) -> None:
     """LMDB compacting copy of exactly the transaction ``snap`` (of ``partition``) reads, into
     ``dest_data``."""
     snap.copy_env(dest_data)
@@ -273,15 +275,16 @@ def store_databases(
 
 
 def begin_cut(
-    partition: Partition, *, number: int = 0, path: str = ""
-) -> tuple[LmdbSnapshot, PartitionCut]:
+    partition: Partition | ReplayedPartition, *, number: int = 0, path: str = ""
+) -> tuple[Any, PartitionCut]:
     """Begin a read snapshot of ``partition`` and describe it exactly: O(stores).
 
     Store metadata is read just before and just after the snapshot's transaction begins; it
     only grows (new stores) or moves forward (format upgrades), so when both reads agree they
     hold the metadata of the snapshot itself. Otherwise the snapshot is discarded and the cut
     retried. Offsets and entry counts are read inside the snapshot. The caller closes the
-    returned snapshot.
+    returned snapshot (an LMDB snapshot, with the replayed tail laid over it for a partition
+    opened with :func:`~txstore.runtime.committed.open_committed`).
     """
     for _ in range(_CUT_ATTEMPTS):
         names = partition.store_names()
@@ -380,13 +383,17 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _copy_partition(partition: Partition, number: int, rel: str, work: Path) -> PartitionCut:
+def _copy_partition(
+    partition: Partition | ReplayedPartition, number: int, rel: str, work: Path
+) -> PartitionCut:
     """Cut ``partition`` and copy exactly that cut into ``work/rel/data``."""
     data = work / rel / "data"
     data.mkdir(parents=True)
     snap, cut = begin_cut(partition, number=number, path=rel)
     try:
         _copy_env(partition, snap, str(data))
+        # A partition read as committed: the changelog tail it replayed goes into the copy.
+        write_tail(snap, str(data))
     finally:
         snap.close()
     size = (data / "data.mdb").stat().st_size
@@ -477,13 +484,16 @@ def snapshot_partition(
     Returns the manifest (with :attr:`Manifest.root` set to ``dest``).
     """
     d = _check_dest(dest)
+    p: Partition | ReplayedPartition
     if isinstance(source, PartitionBase):
-        if not isinstance(source, Partition):
+        if not isinstance(source, (Partition, ReplayedPartition)):
             raise InvalidArgumentError("in-memory partitions have nothing to snapshot")
-        opened: Partition | None = None
+        opened: PartitionBase | None = None
         p = source
     else:
-        opened = p = Partition(source, readonly=True)
+        opened, _ = open_committed(source)
+        assert isinstance(opened, (Partition, ReplayedPartition))
+        p = opened
     try:
         number = _partition_number(p.path or "", partition)
         with _workdir(d) as work:
@@ -534,8 +544,10 @@ def snapshot_state_dir(
     with _workdir(d) as work:
         for i, (number, path) in enumerate(found.items()):
             t0 = time.perf_counter()
-            with Partition(path, readonly=True) as p:
-                cut = _copy_partition(p, number, str(number), work)
+            part, _ = open_committed(path)
+            with part:
+                assert isinstance(part, (Partition, ReplayedPartition))
+                cut = _copy_partition(part, number, str(number), work)
             _verify_copy(work, cut)
             cuts.append(cut)
             if progress is not None:

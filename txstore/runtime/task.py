@@ -65,23 +65,17 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from txstore import codecs, faults
-from txstore.changelog.coordination import (
-    RecoveryPlan,
-    commit_metadata,
-    plan_recovery,
-    read_commit_metadata,
-)
+from txstore import faults
+from txstore.changelog.coordination import commit_metadata, plan_recovery
 from txstore.changelog.layer import (
     RecordContext,
 )
 from txstore.changelog.log import CleanupPolicy, FileChangelog
-from txstore.codecs import ValueFormat
 from txstore.engine.memory import MemoryPartition
 from txstore.errors import (
     IllegalStateError,
@@ -90,17 +84,39 @@ from txstore.errors import (
     InvalidTypeError,
     OffsetError,
     StoreClosedError,
+    StoreNotChangeloggedError,
     TaskCorruptedError,
+    UncommittedWritesWarning,
 )
-from txstore.runtime.database import Database
+from txstore.runtime.database import Database, check_not_a_file
+from txstore.runtime.task_support import (
+    PartialCommit,
+    RestoreProgress,
+    RestoreReport,
+    StoreEntry,
+    StoreNames,
+    TaskChangelog,
+    check_not_ahead,
+    has_uncommitted,
+    last_seq,
+    not_changelogged,
+    restore_store,
+)
 from txstore.runtime.transaction import Transaction
-from txstore.stores.assembly import StoreKind, StoreStack
+from txstore.stores.assembly import StoreKind
 from txstore.stores.builders import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
 from txstore.stores.kv import KeyValueStore
 from txstore.stores.session import SessionStore
 from txstore.stores.window import WindowStore
 
-__all__ = ["RecordContext", "RestoreProgress", "RestoreReport", "Task", "TaskCorruptedError"]
+__all__ = [
+    "RecordContext",
+    "RestoreProgress",
+    "RestoreReport",
+    "Task",
+    "TaskChangelog",
+    "TaskCorruptedError",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -118,62 +134,18 @@ CLEAN_EVERY = 100
 CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 3600 * 1000
 
 
-@dataclass(frozen=True)
-class RestoreProgress:
-    """Passed to the restore progress callback after each batch."""
-
-    store: str
-    restored: int
-    total: int
-
-
-@dataclass
-class RestoreReport:
-    """What :meth:`Task.initialize` did."""
-
-    rolled_back: dict[str, int] = field(default_factory=dict)
-    restored: dict[str, int] = field(default_factory=dict)
-    discarded_uncommitted: bool = False
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """A store of the task, as the lifecycle sees it: its layers under the typed store."""
-
-    name: str
-    kind: StoreKind
-    format: ValueFormat
-    raw: Any  # the bytes store, unlogged (restore writes here)
-    log: FileChangelog
-
-    @classmethod
-    def of(cls, stack: StoreStack) -> _Entry:
-        log = stack.changelog
-        assert isinstance(log, FileChangelog), "a task's stores are opened with changelogs"
-        return cls(stack.name, stack.kind, stack.stored_format, stack.bytes_store, log)
-
-
 #: The marker metadata of a task commit (kept under this name for perf/bench_restore.py, which
 #: writes task changelogs directly).
 _commit_metadata = commit_metadata
 
 
-@dataclass
-class _PartialCommit:
-    """A task commit that failed after some changelogs committed it: its sequence number and
-    input position, the stores taking part, the changelogs that hold it (``done``), and each
-    changelog's end offset when it failed (more records since: processing went on)."""
-
-    seq: int
-    position: int
-    names: list[str]
-    done: set[str] = field(default_factory=set)
-    ends: dict[str, int] = field(default_factory=dict)
-
-
 class Task:
-    """A task over the partition directory ``path`` (see the module docstring).
+    """A task over the partition directory ``path``: its stores, their changelogs and the
+    input position. Lifecycle: open the stores (:meth:`key_value_store`, :meth:`window_store`,
+    :meth:`session_store`), :meth:`initialize` (recover and restore), process (set
+    :attr:`context` to each input record's timestamp and headers, then write), :meth:`commit`
+    ``(input_position)``, :meth:`close`. What a crash at each point leaves and how
+    :meth:`initialize` repairs it: the runtime module's overview and ``docs/recovery.md``.
 
     ``sync`` applies to the LMDB commits and the changelog commits alike; ``changelog_options``
     are passed to each :class:`~txstore.changelog.log.FileChangelog` (``segment_bytes``...);
@@ -206,15 +178,21 @@ class Task:
         changelog_options: dict[str, Any] | None = None,
         verify: str | None = None,
     ) -> None:
+        check_not_a_file(path)
         self.path = Path(path)
+        """The partition directory (its LMDB environment in ``data/``, changelogs in
+        ``changelog/<store>/``)."""
         self.sync = sync
+        """Whether commits are synced to disk (LMDB and changelogs alike)."""
         self._restore_bytes = max(1, overlay_budget_bytes // 2)
         self.context = RecordContext()
+        """The input record being processed: set its ``timestamp`` (and ``headers``) before
+        processing each record; they go into the changelog records of its writes."""
         self._changelog_options = dict(changelog_options or {})
         self._state = "created"
         self._seq = 0
         self._input_position: int | None = None
-        self._partial: _PartialCommit | None = None
+        self._partial: PartialCommit | None = None
         self._commits = 0
         self._memory = MemoryPartition(overlay_budget_bytes=overlay_budget_bytes)
         self.db = Database(
@@ -224,21 +202,31 @@ class Task:
             changelogs=self,
             verify=verify,
         )
+        """The task's :class:`~txstore.runtime.database.Database`: its stores are opened
+        here (``builder.build(task.db)`` is :meth:`key_value_store`), committed by
+        :meth:`commit` only."""
 
     # ---- stores ---------------------------------------------------------------------------
 
-    def changelog_for(
+    def open_changelog(
         self, name: str, kind: StoreKind, retention_period: int | None
     ) -> FileChangelog:
-        """The changelog of store ``name`` in ``<path>/changelog/<name>/``: compacted for a
-        key-value store, compacted and deleted after the store's retention plus
-        :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
+        """Create or open the changelog of store ``name`` in ``<path>/changelog/<name>/``:
+        compacted for a key-value store, compacted and deleted after the store's retention
+        plus :data:`CHANGELOG_ADDITIONAL_RETENTION_MS` for a window or session store.
 
         Called by :func:`~txstore.stores.assembly.assemble` for every store opened in
-        :attr:`db`, whichever way. Raises :class:`~txstore.errors.InvalidStateStoreError`
-        once the task is initialized (stores are added before :meth:`initialize`).
+        :attr:`db`, whichever way; to get the changelog of an open store, use
+        :meth:`changelog`. Raises :class:`~txstore.errors.InvalidStateStoreError` once the
+        task is initialized (stores are added before :meth:`initialize`), and
+        :class:`~txstore.errors.StoreNotChangeloggedError` for a store committed without a
+        changelog (by :func:`txstore.open`), before creating anything.
         """
         self._check_created()
+        where = self.path / "changelog" / name
+        committed = self.db.partition.committed_offset(name)
+        if committed is not None and not where.exists():
+            raise StoreNotChangeloggedError(not_changelogged(name, committed, str(where)))
         options: dict[str, Any] = {}
         policy = CleanupPolicy.COMPACT
         if kind != "key_value" and retention_period is not None:
@@ -248,8 +236,39 @@ class Task:
         # Scanned now (damage raises before anything is written), repaired by initialize()
         # once every changelog of the task was checked.
         options["repair"] = False
-        return FileChangelog(
-            self.path / "changelog" / name, cleanup_policy=policy, fsync=self.sync, **options
+        return TaskChangelog(
+            where,
+            task_state=lambda: self._state,
+            cleanup_policy=policy,
+            fsync=self.sync,
+            **options,
+        )
+
+    def changelog_for(
+        self, name: str, kind: StoreKind, retention_period: int | None
+    ) -> FileChangelog:
+        """Deprecated name of :meth:`open_changelog` (it creates the changelog; the
+        changelog of an open store is :meth:`changelog`)."""
+        warnings.warn(
+            "Task.changelog_for() is deprecated: it creates a changelog, use "
+            "Task.open_changelog(); the changelog of an open store is Task.changelog(name)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.open_changelog(name, kind, retention_period)
+
+    def changelog(self, name: str) -> TaskChangelog:
+        """The changelog of the open store ``name`` (a
+        :class:`~txstore.runtime.task_support.TaskChangelog`): read it as any changelog
+        (``read_committed()``, ``committed_end_offset``...); it refuses commits of its own
+        (commit with :meth:`commit`). O(stores). Raises
+        :class:`~txstore.errors.InvalidArgumentError` for a store not open in this task."""
+        for stack in self.db.stacks():
+            if stack.name == name:
+                assert isinstance(stack.changelog, TaskChangelog)
+                return stack.changelog
+        raise InvalidArgumentError(
+            f"task {self.path} has no open store {name!r}; its stores: {self.store_names()}"
         )
 
     @property
@@ -285,28 +304,35 @@ class Task:
         return self.db.open_session_store(builder)
 
     @property
-    def _entries(self) -> dict[str, _Entry]:
-        return {s.name: _Entry.of(s) for s in self.db.stacks()}
+    def _entries(self) -> dict[str, StoreEntry]:
+        return {s.name: StoreEntry.of(s) for s in self.db.stacks()}
 
     def store(self, name: str) -> Any:
         """A store of this task by name: the handle its opening returned (``db.store``)."""
-        if name not in self.store_names:
-            raise InvalidArgumentError(f"task {self.path} has no store {name!r}")
+        if name not in self.store_names():
+            raise InvalidArgumentError(
+                f"task {self.path} has no store {name!r}; its stores: {self.store_names()}"
+            )
         return self.db.store(name)
 
     @property
-    def store_names(self) -> list[str]:
-        """The names of the task's stores, sorted."""
-        return sorted(s.name for s in self.db.stacks())
+    def store_names(self) -> StoreNames:
+        """The names of the task's open stores, sorted: ``task.store_names()`` (a method, as
+        :meth:`Database.store_names`); the old spelling without the call,
+        ``task.store_names``, still reads as that list. O(stores)."""
+        return StoreNames(sorted(s.name for s in self.db.stacks()))
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     def initialize(
         self, progress: Callable[[RestoreProgress], None] | None = None
     ) -> RestoreReport:
-        """Recover and restore every store; afterwards the task is running. See the module
-        docstring for what is repaired, and in which order. ``progress`` is called after every
-        restore batch.
+        """Recover and restore every store; afterwards the task is running. Recovery discards
+        what a crash left uncommitted and rolls back a task commit that reached only some
+        changelogs; restore replays each store's changelog from its committed offset (the
+        runtime module's overview and ``docs/recovery.md`` say what is repaired, in which
+        order). ``progress`` is called after every restore batch; the
+        :class:`~txstore.runtime.task_support.RestoreReport` says what was done.
 
         Raises :class:`~txstore.errors.ChangelogCorruptionError` for damaged committed data in
         a changelog (opening a store already raises it for the store's own changelog) and
@@ -315,6 +341,7 @@ class Task:
         self._check_created()
         started = time.perf_counter()
         report = RestoreReport()
+        report.unclean_shutdown = self.db.partition.last_writer_closed_cleanly is False
         self._repair_changelogs(report)
         for entry in self._entries.values():
             committed_end = entry.log.committed_end_offset
@@ -340,12 +367,18 @@ class Task:
                         logs[d.name] = log
             # 1. check: nothing below writes until every changelog and store agreed
             for entry in entries.values():
-                _check_not_ahead(entry, entry.log.committed_end_offset)
+                _not_ahead(entry, entry.log.committed_end_offset)
             plan = plan_recovery(logs)
             for entry in entries.values():
-                _check_not_ahead(entry, plan.ends[entry.name], plan)
+                _not_ahead(entry, plan.ends[entry.name], plan)
             # 2. repair: torn tails, then the changelogs ahead of the last complete commit
-            for log in logs.values():
+            for name, log in logs.items():
+                found = log.recovered
+                if found is not None and found.needs_repair:
+                    cut = (found.tail_end_offset or 0) - log.committed_end_offset
+                    if cut > 0:
+                        report.discarded[name] = cut
+                    report.discarded_uncommitted |= bool(cut > 0 or found.truncated_bytes)
                 log.repair()
             for name, count in plan.undo.items():
                 for _ in range(count):
@@ -358,70 +391,10 @@ class Task:
             for log in others:
                 log.close()
 
-    def _restore(self, entry: _Entry, progress: Callable[[RestoreProgress], None] | None) -> int:
-        log, raw = entry.log, entry.raw
-        end = log.committed_end_offset
-        _check_not_ahead(entry, end)
-        start = raw.committed_offset
-        if start is None:
-            start = log.log_start_offset
-        total = end - start
-        restored = 0
-        if total == 0:
-            return 0
-        pending_bytes = 0
-        restore_batch = getattr(raw, "restore_batch", None) if entry.kind == "key_value" else None
-        offsets: list[int] = []
-        keys: list[bytes] = []
-        values: list[bytes | None] = []
-        stamps: list[int] = []
-        headers: list[bytes] = []
-
-        def flush(n: int) -> None:
-            nonlocal restored, pending_bytes
-            pending_bytes = 0
-            stored = values[:n]
-            if entry.format != ValueFormat.PLAIN:
-                stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
-            if restore_batch is not None:  # one synced transaction, past the overlay
-                restore_batch(keys[:n], stored, offsets[n - 1] + 1)
-            else:
-                pairs = list(zip(keys[:n], stored, strict=True))
-                if entry.kind == "key_value":
-                    raw.put_all(pairs)
-                else:
-                    raw.restore(pairs)
-                raw.commit(offsets[n - 1] + 1)
-            restored += n
-            for column in (offsets, keys, values, stamps, headers):
-                del column[:n]
-            faults.point("task.restore_batch")
-            if progress is not None:
-                progress(RestoreProgress(entry.name, restored, total))
-
-        with log.read_committed_batches(start) as batches:
-            for batch in batches:
-                n = len(batch)
-                if batch.offsets[0] >= end:
-                    break
-                if batch.offsets[-1] >= end:  # a concurrent writer's later commit: stop at end
-                    n = sum(1 for o in batch.offsets if o < end)
-                offsets.extend(batch.offsets[:n])
-                keys.extend(batch.keys[:n])
-                values.extend(batch.values[:n])
-                stamps.extend(batch.timestamps[:n])
-                headers.extend(batch.headers[:n])
-                pending_bytes += sum(map(len, batch.keys[:n])) + 128 * n
-                pending_bytes += sum(map(len, filter(None, batch.values[:n])))  # None: 0 bytes
-                while len(keys) >= RESTORE_BATCH:
-                    flush(RESTORE_BATCH)
-                if keys and pending_bytes >= self._restore_bytes:
-                    flush(len(keys))
-        if keys:
-            flush(len(keys))
-        if raw.committed_offset != end:
-            raw.commit(end)  # a compacted tail leaves a gap after the last record
-        return restored
+    def _restore(
+        self, entry: StoreEntry, progress: Callable[[RestoreProgress], None] | None
+    ) -> int:
+        return restore_store(entry, progress, RESTORE_BATCH, self._restore_bytes)
 
     def commit(self, input_position: int) -> None:
         """Commit the processing done since the last commit, with ``input_position`` (where
@@ -429,9 +402,10 @@ class Task:
 
         ``input_position`` is an ``int`` (else :class:`~txstore.errors.InvalidTypeError`), at
         least 0 and at least the last committed one (else :class:`~txstore.errors.OffsetError`);
-        both are checked before anything is written. After a commit that failed part way,
-        see the module docstring: the retry with the same position finishes it, anything else
-        raises :class:`~txstore.errors.IllegalStateError`, a changelog that hit an I/O error
+        both are checked before anything is written. After a commit that failed part way
+        (the runtime module's overview, "A commit that fails"): the retry with the same
+        position finishes it, anything else raises
+        :class:`~txstore.errors.IllegalStateError`, a changelog that hit an I/O error
         :class:`~txstore.errors.StorageError`."""
         self._check_running()
         position = self._check_position(input_position)
@@ -440,10 +414,10 @@ class Task:
         seq = self._seq + 1
         # Which changelogs hold this commit already is read from them, not remembered: a
         # changelog never gets a sequence number twice, however the last attempt ended.
-        done = {e.name for e in entries if _last_seq(e.log) >= seq}
+        done = {e.name for e in entries if last_seq(e.log) >= seq}
         partial = self._partial
         if partial is not None or done:
-            partial = partial or _PartialCommit(seq, -1, names)
+            partial = partial or PartialCommit(seq, -1, names)
             partial.done = done
             self._check_resumable(partial, position, entries)
         todo = [e for e in entries if e.name not in done]
@@ -464,10 +438,10 @@ class Task:
                 if i < len(todo) - 1:
                     faults.point("task.between_changelog_commits")
         except BaseException:
-            held = {e.name for e in entries if _last_seq(e.log) >= seq}
+            held = {e.name for e in entries if last_seq(e.log) >= seq}
             if held:  # some changelogs hold this commit: it is finished or undone, never redone
                 ends = {e.name: e.log.end_offset for e in entries}
-                self._partial = _PartialCommit(seq, position, names, held, ends)
+                self._partial = PartialCommit(seq, position, names, held, ends)
             raise
         # Every changelog holds the commit: it is durable (recovery replays what the stores
         # miss), whatever happens to the store commit below.
@@ -500,7 +474,7 @@ class Task:
         return int(position)
 
     def _check_resumable(
-        self, partial: _PartialCommit, position: int, entries: list[_Entry]
+        self, partial: PartialCommit, position: int, entries: list[StoreEntry]
     ) -> None:
         """Refuse to go on after a commit that failed part way unless this is its retry."""
         grown = [e.name for e in entries if e.log.end_offset != partial.ends.get(e.name)]
@@ -550,7 +524,7 @@ class Task:
         for entry in entries.values():  # refused before anything is undone
             entry.log.check_writable()
         for name in sorted(entries):  # a commit that failed after some changelogs got it
-            if _last_seq(entries[name].log) > self._seq:
+            if last_seq(entries[name].log) > self._seq:
                 entries[name].log.rollback_last_commit()
         self._partial = None
         for entry in entries.values():
@@ -591,45 +565,41 @@ class Task:
             raise InvalidStateStoreError("call initialize() before processing or committing")
 
     def close(self) -> None:
-        """Close the stores and changelogs; uncommitted work is discarded. Idempotent."""
+        """Close the stores and changelogs; idempotent. Uncommitted work is discarded, as in
+        Kafka Streams (it is processed again from :attr:`input_position`), with an
+        :class:`~txstore.errors.UncommittedWritesWarning` naming the stores (none when a
+        ``with`` block is left by an exception: that is an abort)."""
+        self._close(warn=True)
+
+    def _close(self, *, warn: bool) -> None:
         if self._state == "closed":
             return
+        pending: list[str] = []
+        if warn and self._state == "running":
+            logged = {s.name for s in self.db.stacks() if has_uncommitted(s)}
+            pending = sorted(logged | set(self.db.uncommitted_stores()))
         self._state = "closed"
         for stack in self.db.stacks():
             if stack.changelog is not None:
                 stack.changelog.close()
         self.db.close()
         self._memory.close()
+        if pending:  # once closed: a warning turned into an error leaks nothing
+            warnings.warn(
+                f"closing task {self.path} discarded the uncommitted writes of stores "
+                f"{pending}: commit them first (task.commit(input_position)), or leave the "
+                "with block by an exception to abort without this warning",
+                UncommittedWritesWarning,
+                stacklevel=3,
+            )
 
     def __enter__(self) -> Task:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close(warn=exc[0] is None)
 
 
-def _last_seq(log: FileChangelog) -> int:
-    """The task commit sequence number of the changelog's last commit (0: none)."""
-    return read_commit_metadata(log.last_committed_metadata)[0]
-
-
-def _check_not_ahead(entry: _Entry, end: int, plan: RecoveryPlan | None = None) -> None:
-    """Raise :class:`TaskCorruptedError` if the store of ``entry`` committed past the changelog
-    offset ``end`` (its changelog's end, or where the recovery ``plan`` would leave it)."""
-    committed = entry.raw.committed_offset
-    if committed is None or committed <= end:
-        return
-    log = entry.log
-    if plan is None:
-        raise TaskCorruptedError(
-            f"store {entry.name!r} is at changelog offset {committed} but its changelog "
-            f"{log.path!r} ends at {end}: the changelog lost committed data; wipe the store "
-            "and restore it from the changelog, or restore the changelog; nothing was changed"
-        )
-    raise TaskCorruptedError(
-        f"task commit {plan.incomplete} is missing from the changelogs of {plan.lacking}, but "
-        f"store {entry.name!r} committed it (it is at changelog offset {committed}; undoing the "
-        f"commit would end its changelog {log.path!r} at {end}): the commit was complete, so "
-        f"the changelogs of {plan.lacking} lost committed data. Restore them, or wipe their "
-        "stores and restore them; nothing was changed"
-    )
+def _not_ahead(entry: StoreEntry, end: int, plan: Any = None) -> None:
+    """:func:`~txstore.runtime.task_support.check_not_ahead` of a store of the task."""
+    check_not_ahead(entry.name, entry.raw.committed_offset, entry.log.path, end, plan)

@@ -128,7 +128,7 @@ class StoreHost(Protocol):
 class ChangelogSource(Protocol):
     """Who gives the stores of a partition their changelogs (a task does).
 
-    ``changelog_for`` is called once per store, after its metadata is registered; it may
+    ``open_changelog`` is called once per store, after its metadata is registered; it may
     refuse with a typed error (a task refuses stores once it is running).
     """
 
@@ -137,7 +137,7 @@ class ChangelogSource(Protocol):
         """The record being processed: its timestamp and headers go into changelog records."""
         ...
 
-    def changelog_for(self, name: str, kind: StoreKind, retention_period: int | None) -> Changelog:
+    def open_changelog(self, name: str, kind: StoreKind, retention_period: int | None) -> Changelog:
         """The changelog of store ``name`` (created on first use)."""
         ...
 
@@ -153,17 +153,25 @@ class ChangelogSource(Protocol):
 class StoreStack:
     """Every layer of one open store.
 
-    ``store`` is the handle users get; ``bytes_store`` the bytes store under the
-    change-logging layer (restore writes there, without logging); ``changelog`` is ``None``
-    for a store without one; ``stored_format`` is the format of the bytes kept.
+    ``store`` is the handle users get; ``unlogged_store`` the bytes store at the bottom,
+    under the change-logging layer (restore writes there, without logging; a typed store's
+    ``store.bytes_store`` is the layer right under it, which for a task's store is the
+    change-logging one); ``changelog`` is ``None`` for a store without one;
+    ``stored_format`` is the format of the bytes kept.
     """
 
     name: str
     kind: StoreKind
     stored_format: ValueFormat
-    bytes_store: BytesStore
+    unlogged_store: BytesStore
     changelog: Changelog | None
     store: AnyStore
+
+    @property
+    def bytes_store(self) -> BytesStore:
+        """The old name of :attr:`unlogged_store` (it read like a typed store's
+        ``bytes_store``, which is the change-logging layer of a task's store)."""
+        return self.unlogged_store
 
 
 # ---- metadata ---------------------------------------------------------------------------
@@ -327,7 +335,7 @@ def assemble(
     inner: Any = raw
     if changelogs is not None:
         retention = None if kind == "key_value" else int(meta["retention"])
-        changelog = changelogs.changelog_for(name, kind, retention)
+        changelog = changelogs.open_changelog(name, kind, retention)
         context = changelogs.context
         if isinstance(raw, SegmentedBytesStore):
             retain = bool(meta.get("retain_duplicates", False))

@@ -39,6 +39,7 @@ inclusive; ``None`` as a range key is unbounded.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import struct
 from typing import Any, Generic, TypeVar, overload
 
@@ -111,6 +112,15 @@ def to_millis(name: str, value: object) -> int:
             raise InvalidArgumentError(f"{name} must be a timezone-aware datetime")
         return (value - _EPOCH) // _MS
     return check_long(name, value)
+
+
+#: The signature ``help()`` shows for methods whose forms differ by arity (``fetch``).
+_ARGS = inspect.Signature(
+    [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+    ]
+)
 
 
 class TypedSegmentedStore(Generic[K, V]):
@@ -264,7 +274,8 @@ class StoreControl:
 
     @property
     def bytes_store(self) -> SegmentedBytesStore:
-        """The bytes store underneath (changelog restore, tests). O(1)."""
+        """The bytes layer under this store (a task's store: its change-logging layer, whose
+        writes are logged; the unlogged store is ``StoreStack.unlogged_store``). O(1)."""
         return self._inner
 
     @property
@@ -384,6 +395,9 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
             return self._fetch(args + more, reverse=False)
         except SerializationError as exc:
             raise stored_bytes_error(self, a if d is _NO else (a, b), exc) from exc
+
+    # help() and inspect show the three forms' common shape, not the fast path's placeholders.
+    fetch.__signature__ = _ARGS  # type: ignore[attr-defined]
 
     @overload
     def backward_fetch(
@@ -554,8 +568,9 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
         self.retain_duplicates = retain_duplicates
         self.seqnum = 0  # of the last put (retain_duplicates); a restore continues it
 
-    def put(self, key: K, value: V | None, window_start_timestamp: int) -> None:
-        """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``.
+    def put(self, key: K, value: V | None, window_start_timestamp: int | _dt.datetime) -> None:
+        """Put ``value`` into the window of ``key`` starting at ``window_start_timestamp``
+        (epoch milliseconds, or an aware ``datetime`` as :meth:`fetch` takes).
 
         ``None`` deletes the window (a no-op with ``retain_duplicates``). A record whose
         segment has expired is dropped (counted in :attr:`dropped_records`, with Kafka's
@@ -567,7 +582,7 @@ class WindowStore(StoreControl, ReadOnlyWindowStore[K, V]):
         :class:`TypedSegmentedStore`.
         """
         kb = self._key(key, 12)
-        ts = check_long("window_start_timestamp", window_start_timestamp)
+        ts = to_millis("window_start_timestamp", window_start_timestamp)
         raw = self._encode(value)
         if self.retain_duplicates:
             if raw is None:
