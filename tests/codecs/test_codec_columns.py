@@ -192,3 +192,50 @@ def test_the_default_pool_reuses_only_memory_no_column_holds():
     assert len(pool._free) == 1 and again.values.to_list() == raws  # two reused
     del kept, again
     assert pool._kept == 3 * 400_001  # bounded: of the 5 buffers released, 3 are kept
+
+
+# ---------------------------------------------------------------------------- input forms
+
+
+def test_long_inputs_are_split_over_several_streams_with_one_layout():
+    # The column functions read a list as marshal streams of ~48 KiB, the number of items per
+    # stream estimated from the first item: a short first item and long later ones make many
+    # items per stream and a stream far above the estimate; the columns are one layout anyway.
+    values = [b"a"] + [bytes([i % 251]) * (1 + i % 700) for i in range(1, 6000)]
+    raws = [o.pack(ofmt(VF.TIMESTAMPED), v, i, b"") for i, v in enumerate(values)]
+    cols = split_value_columns(VF.TIMESTAMPED, raws)
+    check_layout(cols.values, values)
+    assert cols.timestamps.tolist() == list(range(6000))
+    keys_ = [bytes([i % 256]) * (i % 40) for i in range(9000)]
+    check_layout(
+        window_key_columns([o.window_key(k, i, 7) for i, k in enumerate(keys_)]).keys, keys_
+    )
+    sk = session_key_columns(tuple(o.session_key(k, i, i + 1) for i, k in enumerate(keys_)))
+    check_layout(sk.keys, keys_)
+    assert sk.first.tolist() == [i + 1 for i in range(9000)]  # ends
+    assert sk.second.tolist() == list(range(9000))  # starts
+
+
+def test_every_bytes_like_item_and_sequence_gives_the_same_columns():
+    raws = [o.window_key(b"key%d" % i, i, i) for i in range(50)]
+    expected = window_key_columns(raws).keys.to_list()
+    from collections import UserList
+
+    as_arrays = [memoryview(array("q", r[:8] * 3)) for r in raws]  # len() counts 8-byte items
+    assert window_key_columns(as_arrays).keys.to_list() == [bytes(m)[:-12] for m in as_arrays]  # type: ignore[arg-type]
+    for form in (tuple(raws), UserList(raws), [bytearray(r) for r in raws]):
+        assert window_key_columns(form).keys.to_list() == expected  # type: ignore[arg-type]
+
+
+def test_a_bad_item_deep_in_a_long_input_is_named_by_its_index():
+    raws: list[Any] = [bytes(20)] * 5000
+    for bad, error, text in (
+        (None, InvalidArgumentError, "window store key at index 4321 is None"),
+        (12, InvalidTypeError, "window store key must be bytes, got int"),
+        ("text", InvalidTypeError, "window store key must be bytes, got str"),
+        (bytes(5), SerializationError, "at index 4321: input is trunc"),
+    ):
+        items = list(raws)
+        items[4321] = bad
+        with pytest.raises(error, match=text):
+            window_key_columns(items)

@@ -20,7 +20,7 @@ block it. Costs below: ``n`` committed entries, ``u`` uncommitted ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from txstore.engine.base import (
@@ -344,6 +344,33 @@ class BytesKeyValueStore(_Reads):
             ov.put_many(rows)
         elif rows:
             self.partition.write_through(self.db, rows)
+
+    def restore_batch(
+        self, keys: Sequence[bytes], values: Sequence[bytes | None], changelog_offset: int
+    ) -> None:
+        """Apply changelog records (``keys[i]`` gets ``values[i]``; ``None`` deletes; the last
+        record of a key wins) and commit them with ``changelog_offset``: what
+        :meth:`put_all` then :meth:`commit` do, in one synced LMDB transaction, without staging
+        the rows in the overlay (the restore path: nothing may be staged). O(n log n) for the
+        sort plus O(n log N) to write.
+
+        Keys and values are checked as :meth:`put_all` checks them, before anything is written.
+        """
+        self._check_writable()
+        latest = dict(zip(keys, values, strict=True))  # the last record of a key wins
+        n = len(latest)
+        if n and not (
+            list(map(type, latest)).count(bytes) == n
+            and min(map(len, latest)) > 0
+            and max(map(len, latest)) <= MAX_KEY_SIZE
+        ):
+            latest = {_key(k): v for k, v in latest.items()}  # raises the typed error
+        stored = list(latest.values())
+        if list(map(type, stored)).count(bytes) + stored.count(None) != n:
+            latest = {k: _value(v) for k, v in latest.items()}
+        ordered = sorted(latest)
+        rows = list(zip(ordered, map(latest.__getitem__, ordered), strict=True))
+        self.partition.commit_rows(self.name, {self.db: rows}, changelog_offset)
 
     def delete(self, key: bytes) -> bytes | None:
         """Delete ``key``; returns its previous value or None."""

@@ -136,6 +136,23 @@ class PartitionWrites(PartitionReads):
         write of store data goes through (commits, write-through, upgrades). O(rows)."""
         return seal_rows(rows) if self.checksums else rows
 
+    def _apply_rows(self, writes: Mapping[bytes, list[Row]], offsets: dict[str, int]) -> None:
+        """:meth:`~txstore.engine.base.PartitionBase.commit_rows` on LMDB: the sorted rows go
+        through a write cursor as the overlay's chunks do (``apply_chunks``: append into an
+        empty or lower database, ``putmulti`` otherwise), then the offsets; one transaction."""
+        estimate = 256 * sum(map(len, writes.values()))  # only sizes a map grown on MapFull
+
+        def fn(txn: Any) -> None:
+            for db, rows in writes.items():
+                if rows:
+                    apply_chunks(
+                        txn.cursor(self._write_handle(txn, db)), self.sealed(rows), iter(())
+                    )
+            for name, offset in offsets.items():
+                txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=self._meta)
+
+        self._write(fn, False, estimate)
+
     def _drop_in(self, txn: Any, db: bytes) -> None:
         """Delete the database ``db`` (if it exists) inside the write transaction ``txn``."""
         h = self._write_handle(txn, db, create=False)

@@ -245,6 +245,7 @@ def restore_store(
     if total == 0:
         return 0
     pending_bytes = 0
+    restore_batch = getattr(raw, "restore_batch", None) if entry.kind == "key_value" else None
     offsets: list[int] = []
     keys: list[bytes] = []
     values: list[bytes | None] = []
@@ -257,17 +258,20 @@ def restore_store(
         stored = values[:n]
         if entry.format != ValueFormat.PLAIN:
             stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
-        pairs = list(zip(keys[:n], stored, strict=True))
-        if entry.kind == "key_value":
-            raw.put_all(pairs)
+        if restore_batch is not None:  # one synced transaction, past the overlay
+            restore_batch(keys[:n], stored, offsets[n - 1] + 1)
         else:
-            applied = raw.restore(pairs)
-            numbers = sequence_numbers(raw)
-            if numbers is not None:  # later puts continue after the replayed numbers
-                numbers.restored(keys[n - 1 : n])
-            if raw.in_memory:  # Kafka's in-memory stores count what restore drops
-                raw.dropped_records += n - applied
-        raw.commit(offsets[n - 1] + 1)
+            pairs = list(zip(keys[:n], stored, strict=True))
+            if entry.kind == "key_value":
+                raw.put_all(pairs)
+            else:
+                applied = raw.restore(pairs)
+                numbers = sequence_numbers(raw)
+                if numbers is not None:  # later puts continue after the replayed numbers
+                    numbers.restored(keys[n - 1 : n])
+                if raw.in_memory:  # Kafka's in-memory stores count what restore drops
+                    raw.dropped_records += n - applied
+            raw.commit(offsets[n - 1] + 1)
         restored += n
         for column in (offsets, keys, values, stamps, headers):
             del column[:n]
@@ -288,7 +292,7 @@ def restore_store(
             stamps.extend(batch.timestamps[:n])
             headers.extend(batch.headers[:n])
             pending_bytes += sum(map(len, batch.keys[:n])) + 128 * n
-            pending_bytes += sum(len(v) for v in batch.values[:n] if v is not None)
+            pending_bytes += sum(map(len, filter(None, batch.values[:n])))  # None: 0 B
             while len(keys) >= batch_records:
                 flush(batch_records)
             if keys and pending_bytes >= batch_bytes:
