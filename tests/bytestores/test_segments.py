@@ -31,9 +31,11 @@ def window_store(
 
 
 def segment_dbs(db: txstore.Database, name: str = "w") -> set[int]:
-    """The segment databases that exist in LMDB (Kafka's "segment dirs"), by segment id."""
+    """The segment databases that exist in LMDB (Kafka's "segment dirs"), by segment id (not
+    the store's other databases, such as ``<name>.seq``, its last sequence number)."""
     names = [n.decode() for n in db.partition._db_names()]
-    return {int(n[len(name) + 1 :]) // INTERVAL for n in names if n.startswith(name + ".")}
+    suffixes = [n[len(name) + 1 :] for n in names if n.startswith(name + ".")]
+    return {int(s) // INTERVAL for s in suffixes if s.isdigit()}
 
 
 def count(it: Any) -> int:
