@@ -281,7 +281,7 @@ class Demo:
                 f"partition {p}: input position {position} = "
                 + (f"{want} committed micro-batches" if self.spark else f"{want} events"),
             )
-            for store in ("user-totals", "page-views", "sessions"):
+            for store in ("user-totals", "page-views", "sessions", "ad-results"):
                 same = actual[store] == expected[store]
                 checked += len(expected[store])
                 result = "exact" if same else "DIFFERENT"

@@ -11,7 +11,9 @@ input position is its line number. Each worker process owns one partition (a
   (``ValueAndHeaders``, the WindowStoreWithHeaders format);
 * ``sessions`` - session store: views per user session, a session closing after
   :data:`INACTIVITY_GAP_MS` without views (Kafka's session windows: a view merges every
-  session within the gap).
+  session within the gap);
+* a stream-stream join of ad impressions and clicks (:mod:`txstore.demo.adjoin`): a left join
+  within 10 minutes whose results are counted in ``ad-results``.
 
 :func:`expected` computes the same aggregates directly from the events, independently of any
 store, so the demo can check that the stores are exactly right after a crash.
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from txstore.codecs import partition_for_key
+from txstore.demo import adjoin
 from txstore.runtime.statedir import partition_path
 from txstore.runtime.task import Task
 from txstore.stores.factories import Stores
@@ -102,7 +105,12 @@ def read_input(path: Path) -> list[Event]:
 
 
 def builders() -> list[Any]:
-    """The builders of the demo's three stores."""
+    """The builders of the demo's stores: its three aggregates, then the join's."""
+    return [*aggregate_builders(), *adjoin.builders()]
+
+
+def aggregate_builders() -> list[Any]:
+    """The builders of the demo's three aggregates."""
     return [
         Stores.timestamped_key_value_store_with_headers_builder(
             Stores.persistent_timestamped_key_value_store_with_headers("user-totals"),
@@ -125,12 +133,10 @@ def builders() -> list[Any]:
 
 
 def open_task(state_dir: Path, partition: int) -> Task:
-    """The task of ``partition`` with the demo's three stores."""
+    """The task of ``partition`` with the demo's stores."""
     task = Task(partition_path(state_dir, partition), overlay_budget_bytes=8 * 2**20)
-    kv, window, session = builders()
-    task.key_value_store(kv)
-    task.window_store(window)
-    task.session_store(session)
+    for builder in builders():
+        builder.build(task.db)
     return task
 
 
@@ -154,6 +160,7 @@ def process(task: Task, e: Event) -> None:
         count += kv.value
         sessions.remove(kv.key)
     sessions.put(Windowed(e.user, SessionWindow(lo, hi)), count)
+    adjoin.feed(task, e.user, e.page, e.ts)
 
 
 def run_worker(
@@ -217,7 +224,8 @@ def expected(events: list[Event]) -> dict[str, Any]:
         views[key] = (views.get(key, (0, ""))[0] + 1, e.source)
         times[e.user].append(e.ts)
     sessions = {(u, s, end): n for u, ts in times.items() for s, end, n in sessionize(sorted(ts))}
-    return {"user-totals": totals, "page-views": views, "sessions": sessions}
+    ads = adjoin.expected_results((e.user, e.page, e.ts) for e in events)
+    return {"user-totals": totals, "page-views": views, "sessions": sessions, "ad-results": ads}
 
 
 def actual(task: Task) -> dict[str, Any]:
@@ -240,4 +248,5 @@ def actual(task: Task) -> dict[str, Any]:
     with task.store("sessions").fetch(None, None) as it:
         for kv in it:
             sessions[(kv.key.key, kv.key.window.start, kv.key.window.end)] = kv.value
-    return {"user-totals": totals, "page-views": views, "sessions": sessions}
+    ads = adjoin.results(task)
+    return {"user-totals": totals, "page-views": views, "sessions": sessions, "ad-results": ads}
