@@ -250,7 +250,8 @@ class PartitionHosting(Lifecycle):
         membership: its cached members, re-read after its watch fired); no partition moves
         when it did not change. Each lost partition is closed once the writer's block and the
         reads in flight on it end; each gained one waits up to ``handover_timeout`` for its
-        previous owner (else it is tried again at the next call), then its task is recovered
+        previous owner, or until the membership's assignment changes (else it is tried again
+        at the next call), then its task is recovered
         and its changelog replayed, O(records to replay). Raises
         :class:`~txstore.errors.InvalidArgumentError` if the assignment's partition count
         differs from the application's ``num_partitions``.
@@ -294,10 +295,12 @@ class PartitionHosting(Lifecycle):
                 self._pending = set(assigned)
                 deadline = time.monotonic() + self.handover_timeout
                 for p in sorted(assigned):
-                    hosted = self._open_active(p, deadline)
+                    hosted = self._open_active(p, deadline, a)
                     if hosted is not None:
                         self._publish("active", p, hosted)
                         self._pending.discard(p)
+                    elif self._superseded(a):
+                        break  # the next call applies the newer assignment
             for p in sorted(standby_new):
                 hosted = self._open_standby(p)
                 if hosted is not None:
@@ -340,7 +343,17 @@ class PartitionHosting(Lifecycle):
         hosted.close(self.handover_timeout)
         self._publish(role, p, None)
 
-    def _open_active(self, p: int, deadline: float) -> HostedPartition | None:
+    def _superseded(self, a: Assignment) -> bool:
+        """Whether the membership's assignment is no longer ``a``. A ZooKeeper member may
+        compute an assignment from a partial view of the members (one joined a moment later):
+        the partition it then waits for is owned, under the newer assignment, by a member
+        that will never release it, so the wait must end as soon as the assignment moves."""
+        try:
+            return self.membership.current().version != a.version
+        except (OSError, TxStoreError):  # a membership hiccup: keep waiting
+            return False
+
+    def _open_active(self, p: int, deadline: float, a: Assignment) -> HostedPartition | None:
         path = partition_path(self.state_dir, p)
         path.mkdir(parents=True, exist_ok=True)
         delay = 0.005
@@ -349,7 +362,7 @@ class PartitionHosting(Lifecycle):
                 task = Task(path, **self._task_options)
                 break
             except InvalidStateStoreError as exc:  # the previous owner still holds it
-                if time.monotonic() + delay > deadline:
+                if time.monotonic() + delay > deadline or self._superseded(a):
                     _log.info("partition %d: %s", p, exc)
                     return None
                 time.sleep(delay)
