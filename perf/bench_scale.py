@@ -27,7 +27,8 @@ Issue 27. Two parts, each run in this one process:
   and idle) this process gained, from ``/proc/self``.
 
 Run ``python perf/bench_scale.py [--quick] [--json PATH]`` (full sizes: a few minutes and
-~2 GB of disk in a temporary directory). The output ends with ``scale_get_10m_vs_100k`` and
+~2 GB of disk in a temporary directory). The output ends with lines ``figure: <name> = <value>
+<unit>``: ``scale_get_10m_vs_100k`` and
 ``scale_put_commit_10m_vs_100k`` (time per operation at the largest size over the smallest
 (10M over 100k; ``--quick``: 1M over 10k; goal <= 1.5 each),
 ``scale_restore_10m_records_per_s`` (restore rate at the largest size; goal >= 1,000,000),

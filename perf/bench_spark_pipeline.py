@@ -18,9 +18,10 @@ is measured from the kill to the first micro-batch the restarted job commits, an
 count and window counts are compared with a plain-Python reference.
 
 Run ``python perf/bench_spark_pipeline.py [--quick]`` (``--quick``: 200k records in batches of
-50k, 2,000 keys; full: 1M in batches of 100k, 10,000 keys). The output ends with the figures
-``pipeline_records_per_s``, ``pipeline_vs_spark_state`` (Spark's time / txstore's; goal >= 1),
-``pipeline_restart_seconds`` and ``pipeline_exactness_errors`` (goal 0).
+50k, 2,000 keys; full: 1M in batches of 100k, 10,000 keys). The output ends with lines
+``figure: <name> = <value> <unit>`` for ``pipeline_records_per_s``,
+``pipeline_vs_spark_state`` (Spark's time / txstore's; goal >= 1), ``pipeline_restart_seconds``
+and ``pipeline_exactness_errors`` (goal 0).
 """
 
 from __future__ import annotations
