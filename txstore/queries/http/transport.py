@@ -108,6 +108,23 @@ def _options(token: str | None, timeout: float, max_connections: int) -> dict[st
     }
 
 
+def _advance(flow: Flow[Any], answer: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Resume ``flow`` with ``answer`` (or ``error``): ``(True, result)`` when it returned,
+    else ``(False, its next step)``; shared by both transports' drive loops."""
+    try:
+        return False, flow.throw(error) if error is not None else flow.send(answer)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def _outcome(request: Any, call: Call) -> tuple[Any, BaseException | None]:
+    """``(answer, None)`` of a blocking request, or ``(None, error)`` for a service error."""
+    try:
+        return request(call), None
+    except QueryServiceError as exc:
+        return None, exc
+
+
 def _request_args(call: Call) -> dict[str, Any]:
     url = f"http://{call.host}{call.path}"
     if call.query:  # encoded here: cheaper than httpx merging params into the URL
@@ -134,22 +151,16 @@ class SyncTransport:
 
     def _drive(self, flow: Flow[T]) -> T:
         """Run ``flow`` to its result."""
-        answer: Any = None
-        error: BaseException | None = None
+        outcome: tuple[Any, BaseException | None] = (None, None)
         while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(answer)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            answer = error = None
+            done, step = _advance(flow, *outcome)
+            if done:
+                return step  # type: ignore[no-any-return]
             if isinstance(step, Sleep):
                 time.sleep(step.seconds)
-                continue
-            try:
-                answer = self._request(step)
-            except QueryServiceError as exc:
-                error = exc
+                outcome = (None, None)
+            else:
+                outcome = _outcome(self._request, step)
 
     def close(self) -> None:
         """Close the pooled connections. Idempotent."""
@@ -174,11 +185,9 @@ class AsyncTransport:
         answer: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(answer)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
+            done, step = _advance(flow, answer, error)
+            if done:
+                return step  # type: ignore[no-any-return]
             answer = error = None
             if isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
