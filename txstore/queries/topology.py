@@ -14,16 +14,8 @@ from typing import Any
 
 from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, TxStoreError
-from txstore.runtime.catalog import stored_format
+from txstore.runtime import catalog
 from txstore.runtime.statedir import partition_dirs
-from txstore.stores.builders import (
-    KeyValueStoreBuilder,
-    KeyValueStoreSupplier,
-    SessionBytesStoreSupplier,
-    SessionStoreBuilder,
-    WindowBytesStoreSupplier,
-    WindowStoreBuilder,
-)
 from txstore.stores.serdes import Serde, serde_by_name
 
 __all__ = ["builder_from_meta", "builders_from_state_dir"]
@@ -41,29 +33,9 @@ def _serde(meta: dict[str, Any], field: str, store: str) -> Serde[Any]:
 
 
 def builder_from_meta(name: str, meta: dict[str, Any]) -> Any:
-    """The builder of store ``name`` from its recorded metadata."""
-    kind = meta.get("kind")
-    fmt = stored_format(meta)
+    """The builder of store ``name`` from its recorded metadata, with its recorded serdes."""
     key, value = _serde(meta, "key_serde", name), _serde(meta, "value_serde", name)
-    if kind == "key_value":
-        return KeyValueStoreBuilder(KeyValueStoreSupplier(name, True, fmt), key, value, fmt)
-    if kind == "window":
-        supplier = WindowBytesStoreSupplier(
-            name,
-            True,
-            fmt,
-            int(meta["retention"]),
-            int(meta["window_size"]),
-            bool(meta["retain_duplicates"]),
-            int(meta["segment_interval"]),
-        )
-        return WindowStoreBuilder(supplier, key, value, fmt)
-    if kind == "session":
-        s = SessionBytesStoreSupplier(
-            name, True, fmt, int(meta["retention"]), int(meta["segment_interval"])
-        )
-        return SessionStoreBuilder(s, key, value, fmt)
-    raise InvalidArgumentError(f"store {name!r} has unknown kind {kind!r}")
+    return catalog.builder_from_meta(name, meta, key, value)
 
 
 def builders_from_state_dir(state_dir: str | os.PathLike[str]) -> list[Any]:

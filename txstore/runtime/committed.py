@@ -238,6 +238,10 @@ def replay_tail(partition: ReplayedPartition, state: CommittedState) -> None:
 def _replay_one(
     raw: Any, kind: str, fmt: ValueFormat, log: FileChangelog, start: int, end: int
 ) -> None:
+    """Stage the records ``[start, end)`` of ``log`` into ``raw`` through the record converter
+    of ``fmt``. Not :func:`~txstore.runtime.task_support.restore_store`: a reader replays from
+    the offset its state was computed from (a live writer may commit meanwhile), up to the last
+    complete commit rather than the changelog's end, in one capture, with no fault point."""
     keys: list[bytes] = []
     values: list[bytes | None] = []
     stamps: list[int] = []

@@ -57,16 +57,9 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from txstore.codecs import ValueFormat, encode_headers, pack_value, partitions_for_keys
 from txstore.errors import InvalidArgumentError, SerializationError, StorageError
+from txstore.runtime.catalog import builder_from_meta
 from txstore.runtime.task import Task
 from txstore.spark.write_plan import ColumnEncoder, WritePlan
-from txstore.stores.builders import (
-    KeyValueStoreBuilder,
-    KeyValueStoreSupplier,
-    SessionBytesStoreSupplier,
-    SessionStoreBuilder,
-    WindowBytesStoreSupplier,
-    WindowStoreBuilder,
-)
 from txstore.stores.serdes import serde_by_name
 
 __all__ = [
@@ -290,26 +283,8 @@ def store_builder(name: str, meta: Mapping[str, Any]) -> Any:
     """A builder of the store ``name`` that ``meta`` describes, with serdes that pass bytes
     through under the recorded serde names: what the commit opens in a task (and what a
     restore of the store's changelog into a fresh partition needs)."""
-    fmt = ValueFormat[str(meta["format"])]
-    kind = meta["kind"]
     ks, vs = _NamedBytes(str(meta["key_serde"])), _NamedBytes(str(meta["value_serde"]))
-    if kind == "key_value":
-        return KeyValueStoreBuilder(KeyValueStoreSupplier(name, True, fmt), ks, vs, fmt)
-    if kind == "window":
-        supplier = WindowBytesStoreSupplier(
-            name,
-            True,
-            fmt,
-            int(meta["retention"]),
-            int(meta["window_size"]),
-            bool(meta["retain_duplicates"]),
-            int(meta["segment_interval"]),
-        )
-        return WindowStoreBuilder(supplier, ks, vs, fmt)
-    session = SessionBytesStoreSupplier(
-        name, True, fmt, int(meta["retention"]), int(meta["segment_interval"])
-    )
-    return SessionStoreBuilder(session, ks, vs, fmt)
+    return builder_from_meta(name, meta, ks, vs)
 
 
 class _Applier:
