@@ -345,6 +345,27 @@ def assemble(
             inner = ChangeLoggingSegmentedBytesStore(raw, changelog, stored, context, retain)
         else:
             inner = ChangeLoggingKeyValueBytesStore(raw, changelog, stored, context)
+    try:
+        store = _typed_store(builder, meta, stored, raw, inner, adapter)
+    except BaseException:
+        # e.g. a damaged sequence-number entry (DamagedFileError): the changelog opened for
+        # this store must not stay locked, or the task's rebuild cannot open it again
+        if changelog is not None:
+            changelog.close()
+        raise
+    return StoreStack(name, kind, stored, raw, changelog, store)
+
+
+def _typed_store(
+    builder: StoreBuilder,
+    meta: dict[str, Any],
+    stored: ValueFormat,
+    raw: Any,
+    inner: Any,
+    adapter: Any,
+) -> AnyStore:
+    """The typed store (key-value, window or session) over ``inner``."""
+    kind = builder.supplier.kind
     store: AnyStore
     if kind == "key_value":
         codec = value_codec(builder.format, builder.value_serde)
@@ -368,4 +389,4 @@ def assemble(
     else:
         codec = value_codec(builder.format, builder.value_serde, session=True)
         store = SessionStore(inner, builder.key_serde, codec, adapter)
-    return StoreStack(name, kind, stored, raw, changelog, store)
+    return store
