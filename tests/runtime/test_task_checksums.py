@@ -198,6 +198,14 @@ def test_a_flipped_key_that_keeps_its_place_is_found_at_open_after_a_crash(
     write(tmp_path)
     flip_key(tmp_path, b"user-49", VALUES["user-49"].to_bytes(8, "big"), 6, 0x03)
     (tmp_path / "closed-cleanly").unlink()  # as a SIGKILLed writer leaves it
+    with txstore.open(tmp_path, readonly=True) as db:  # a reader after the crash walks too
+        with pytest.raises(DamagedFileError, match="found at open"):
+            db.key_value_store("counts", Serdes.string(), Serdes.long())
+        clicks = db.window_store(
+            "clicks", Serdes.string(), Serdes.long(), retention_period=3_600_000, window_size=60_000
+        )
+        assert clicks.fetch("user-49", 49_000) == VALUES["user-49"]  # other stores serve
+    assert not (tmp_path / DAMAGE_FILE).exists()  # and records nothing
     with txstore.open(tmp_path) as db:
         with pytest.raises(DamagedFileError) as err:
             db.key_value_store("counts", Serdes.string(), Serdes.long())

@@ -245,7 +245,7 @@ class Partition(PartitionWrites):
                     "was written by a newer txstore"
                 )
             self.checksums = flag is not None
-            if self.page_walk is not None and not self.readonly:
+            if self.page_walk is not None:
                 self._verify_after_walk()
             self.reader_check()
         except BaseException:
@@ -337,13 +337,14 @@ class Partition(PartitionWrites):
         """After an unclean shutdown (or with ``verify="always"``) the page walk checked the
         B-tree; this checks every entry's checksum as well, because a flipped key byte that
         keeps the key between its neighbours is never read by a ``get`` (it finds nothing,
-        which is not an error). Each database holding a damaged entry is recorded
-        (:func:`~txstore.engine.checksums.record_damage`: a task rebuilds its store) and kept
-        in :attr:`damaged_at_open` (``Database.open_store`` refuses its store). O(entries),
-        one read transaction: about the cost of the walk."""
+        which is not an error). Each database holding a damaged entry is kept in
+        :attr:`damaged_at_open` (``Database.open_store`` refuses its store) and, by a writer,
+        recorded (:func:`~txstore.engine.checksums.record_damage`: a task rebuilds its
+        store). O(entries), one read transaction: about the cost of the walk."""
         _, bad = self.verify_entries(limit=1 << 30)
         for db in sorted({db for db, _, _ in bad}):
-            record_damage(str(self.path), db)
+            if not self.readonly:
+                record_damage(str(self.path), db)
             self.damaged_at_open.add(db)
 
     def store_of_db(self, db: bytes) -> str | None:
