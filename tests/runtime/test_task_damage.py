@@ -9,16 +9,18 @@ stores already hold raises ``TaskCorruptedError``, with every file as it was.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests._children import run_child as _run
 from tests._task_child import model, open_task, process, state
-from txstore import faults
+from txstore import Serdes, Stores, faults
 from txstore.changelog.coordination import commit_metadata
 from txstore.changelog.log import FileChangelog
 from txstore.changelog.markers import marker_pair_size, read_last_marker
@@ -297,3 +299,59 @@ def test_a_task_closed_after_a_failed_commit_recovers_the_commit_as_a_crash(
         report = task.initialize()
         assert task.input_position == 20 and report.rolled_back == {"counts": 10}
         assert state(task) == model(20)
+
+
+def test_the_last_changelog_losing_its_last_segment_is_refused(tmp_path: Path) -> None:
+    """crashtest --damage (seed 4, trial 197): killed after every changelog committed task
+    commit 3, before the stores did; then the last segment of the last changelog in commit order
+    deleted, the one holding (only) its records of commit 3. That changelog then ends exactly
+    at commit 2, which is also what closing the task after a failed commit leaves, and
+    recovery rolled the other changelogs back: their committed commit 3 destroyed. The markers
+    name the segment each participant's records were synced into; no crash or abort deletes
+    it, so a missing one is refused: TaskCorruptedError, no file changed."""
+
+    def open_two() -> tuple[Task, Any, Any]:
+        task = Task(tmp_path, changelog_options={"segment_bytes": 1})  # a segment a commit
+        a, b = (
+            task.key_value_store(
+                Stores.key_value_store_builder(
+                    Stores.persistent_key_value_store(n), Serdes.string(), Serdes.long()
+                )
+            )
+            for n in ("a", "b")
+        )
+        return task, a, b
+
+    task, a, b = open_two()
+    try:
+        task.initialize()
+        for i in range(1, 4):
+            a.put(f"k{i}", i)
+            b.put(f"k{i}", i)
+            if i == 3:
+                faults.arm("task.after_changelog_commit", action="raise")
+            with pytest.raises(faults.InjectedFault) if i == 3 else contextlib.nullcontext():
+                task.commit(i)
+    finally:
+        faults.disarm()
+        task.close()
+    segment = last_segment(tmp_path, "b")
+    records = json.loads(read_last_marker_metadata(last_segment(tmp_path, "a")))
+    assert records["seq"] == 3 and records["segments"]["b"] == int(segment.stem)
+    segment.unlink()
+    before = snapshot(tmp_path)
+    task, a, b = open_two()
+    with task, pytest.raises(TaskCorruptedError, match=r"store 'b' lacks task commit 3.*is gone"):
+        task.initialize()
+    assert snapshot(tmp_path) == before
+
+
+def read_last_marker_metadata(segment: Path) -> bytes:
+    """The metadata of the last commit marker of ``segment``."""
+    fd = os.open(segment, os.O_RDONLY)
+    try:
+        marker = read_last_marker(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    assert marker is not None
+    return marker.metadata

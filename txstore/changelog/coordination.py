@@ -17,12 +17,13 @@ commit was complete, so a changelog lost data) and only then applies it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from txstore.changelog.history import CommitRecord
-from txstore.changelog.segments import LoadedLog
+from txstore.changelog.segments import LoadedLog, segment_name
 from txstore.errors import StorageError, TaskCorruptedError
 
 __all__ = [
@@ -41,13 +42,21 @@ __all__ = [
 MAX_UNDONE: Final = 2
 
 
-def commit_metadata(seq: int, stores: list[str], ends: Mapping[str, int] | None = None) -> bytes:
+def commit_metadata(
+    seq: int,
+    stores: list[str],
+    ends: Mapping[str, int] | None = None,
+    segments: Mapping[str, int] | None = None,
+) -> bytes:
     """The marker metadata of task commit ``seq`` of ``stores``: ``{"seq":n,"stores":[...]}``,
     and with ``ends`` ``"ends":{store: end offset}``: where each participant's records of the
-    commit end (synced in every participant before the first marker is written)."""
+    commit end (synced in every participant before the first marker is written); with
+    ``segments`` ``"segments":{store: base offset}``: the segment file they were synced into."""
     doc: dict[str, object] = {"seq": seq, "stores": stores}
     if ends is not None:
         doc["ends"] = dict(ends)
+    if segments:
+        doc["segments"] = dict(segments)
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -62,13 +71,14 @@ def read_commit_metadata(blob: bytes) -> tuple[int, list[str]]:
         raise StorageError(f"unreadable task commit metadata {blob[:80]!r}") from exc
 
 
-def read_commit_ends(blob: bytes) -> dict[str, int]:
+def read_commit_ends(blob: bytes, field: str = "ends") -> dict[str, int]:
     """The participants' end offsets a marker's metadata records (empty: none recorded, as
-    in markers written before they were)."""
+    in markers written before they were); ``field="segments"``: the base offsets of the
+    segments their records were synced into."""
     if not blob:
         return {}
     try:
-        ends = json.loads(blob).get("ends") or {}
+        ends = json.loads(blob).get(field) or {}
         return {str(k): int(v) for k, v in ends.items()}
     except (ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise StorageError(f"unreadable task commit metadata {blob[:80]!r}") from exc
@@ -124,6 +134,33 @@ def _check_crash_shape(seq: int, participants: list[str], lacking: list[str]) ->
             "(damaged, truncated or deleted files); nothing was changed. Restore that "
             "changelog from a copy, or delete that store's changelog and data to rebuild it"
         )
+
+
+def _check_segment_kept(
+    seq: int, lacking: list[str], segments: Mapping[str, int], logs: Mapping[str, CommitSource]
+) -> None:
+    """Refuse an incomplete task commit whose participant lacking it lost the segment file
+    its records were synced into (``segments``, from the markers of the holders). Neither a
+    crash nor closing or aborting the task after a failed commit deletes that file (a new
+    segment starts with a copy of the commit before it, so it is never empty); so a log that
+    now ends in an earlier segment lost its last one, and the exception
+    :func:`_check_records_kept` makes for a log with nothing after its last commit does not
+    apply. A log with no segment at all is left to the other checks."""
+    for name in lacking:
+        base, log = segments.get(name), logs.get(name)
+        loaded = log.recovered if log is not None else None
+        if base is None or loaded is None:
+            continue
+        files = [s.base for s in loaded.segments]
+        files += [int(os.path.basename(p).split(".")[0]) for p in loaded.removed_files]
+        if files and max(files) < base:
+            raise TaskCorruptedError(
+                f"the changelog of store {name!r} lacks task commit {seq}, and the segment "
+                f"file its records of that commit were synced into ({segment_name(base)}, "
+                "the changelogs that hold the commit say so) is gone: no crash deletes it, "
+                "so that changelog lost its last segment; nothing was changed. Restore that "
+                "changelog from a copy, or delete that store's changelog and data to rebuild it"
+            )
 
 
 def _check_records_kept(
@@ -202,6 +239,9 @@ def plan_recovery(logs: Mapping[str, CommitSource]) -> RecoveryPlan:
         _check_crash_shape(latest, participants, lacking)
         if plan.incomplete is None:
             holder = next(h for n, h in heads.items() if h is not None and meta[n][0] == latest)
+            _check_segment_kept(
+                latest, lacking, read_commit_ends(holder.metadata, "segments"), logs
+            )
             _check_records_kept(latest, lacking, read_commit_ends(holder.metadata), logs)
         plan.incomplete = latest if plan.incomplete is None else plan.incomplete
         plan.lacking = plan.lacking or lacking

@@ -354,6 +354,12 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
         return self._segments[0].base if self._segments else self._committed_end
 
     @property
+    def active_segment_base(self) -> int:
+        """The base offset of the segment appended to (where the open transaction's records
+        are once written: a transaction never spans segments)."""
+        return self._segments[-1].base if self._segments else self._committed_end
+
+    @property
     def meta_log_start(self) -> int | None:
         """The log start ``changelog.json`` records (None: a file from before it did)."""
         start = self._meta.get("log_start")

@@ -441,7 +441,8 @@ class Task:
             entry.log.check_writable()
         # Where each participant's records of this commit end: the same on a retry (nothing
         # was appended since, see _check_resumable), so every marker of it says the same.
-        metadata = commit_metadata(seq, names, {e.name: e.log.end_offset for e in entries})
+        ends = {e.name: e.log.end_offset for e in entries}
+        segments: dict[str, int] = {}
         try:
             faults.point("task.before_changelog_commit")
             # Every participant's records are synced before the first marker: a crash between
@@ -449,6 +450,12 @@ class Task:
             # them (damage) from one that only lacks its marker (a crash).
             for entry in todo:
                 entry.log.sync_records()
+            # ... and the segment file they are in, which no crash or abort deletes: a missing
+            # one is a deleted file, not a crash (recovery refuses it)
+            segments = (partial.segments if partial is not None else {}) or {
+                e.name: e.log.active_segment_base for e in entries
+            }
+            metadata = commit_metadata(seq, names, ends, segments)
             for i, entry in enumerate(todo):
                 entry.log.commit(position, metadata)
                 if i < len(todo) - 1:
@@ -457,7 +464,7 @@ class Task:
             held = {e.name for e in entries if last_seq(e.log) >= seq}
             if held:  # some changelogs hold this commit: it is finished or undone, never redone
                 ends = {e.name: e.log.end_offset for e in entries}
-                self._partial = PartialCommit(seq, position, names, held, ends)
+                self._partial = PartialCommit(seq, position, names, held, ends, segments)
             raise
         # Every changelog holds the commit: it is durable (recovery replays what the stores
         # miss), whatever happens to the store commit below.

@@ -164,6 +164,7 @@ class PartialCommit:
     names: list[str]
     done: set[str] = field(default_factory=set)
     ends: dict[str, int] = field(default_factory=dict)
+    segments: dict[str, int] = field(default_factory=dict)  # as its markers record them
 
 
 def has_uncommitted(stack: StoreStack) -> bool:
