@@ -116,8 +116,13 @@ static inline uint32_t get_le32(const char *s) {
 
 static PyObject *ChecksumError;
 
-static int need_bytes(PyObject *o, const char *what) {
-    if (!PyBytes_Check(o)) {
+/* Exact types first: a pointer comparison, where the stable ABI's PyBytes_Check and
+ * PyTuple_Check are function calls (PyType_GetFlags); subclasses take the call. */
+#define IS_BYTES(o) (Py_TYPE(o) == &PyBytes_Type || PyBytes_Check(o))
+#define IS_TUPLE(o) (Py_TYPE(o) == &PyTuple_Type || PyTuple_Check(o))
+
+static inline int need_bytes(PyObject *o, const char *what) {
+    if (!IS_BYTES(o)) {
         PyErr_Format(PyExc_TypeError, "%s must be bytes", what);
         return -1;
     }
@@ -207,7 +212,7 @@ static PyObject *map_rows(PyObject *rows, PyObject *(*fn)(PyObject *, PyObject *
     if (in_place) Py_INCREF(out);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *row = PyList_GetItem(rows, i); /* borrowed */
-        if (row == NULL || !PyTuple_Check(row) || PyTuple_Size(row) != 2) {
+        if (row == NULL || !IS_TUPLE(row) || PyTuple_Size(row) != 2) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "each row must be a (key, value) tuple");
             Py_DECREF(out);
             return NULL;
@@ -440,7 +445,7 @@ done:
 
 /* The key of a row (a 2-tuple whose first item is bytes); -1 with TypeError if not one. */
 static inline int row_key(PyObject *row, const char **p, Py_ssize_t *n) {
-    if (!PyTuple_Check(row) || PyTuple_Size(row) != 2) {
+    if (!IS_TUPLE(row) || PyTuple_Size(row) != 2) {
         PyErr_SetString(PyExc_TypeError, "each row must be a (key, value) tuple");
         return -1;
     }
