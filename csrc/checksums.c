@@ -129,8 +129,10 @@ static inline int need_bytes(PyObject *o, const char *what) {
     return 0;
 }
 
-/* The sealed value of (key, value): a new bytes object, value || trailer. */
-static PyObject *seal_one(PyObject *key, PyObject *value) {
+/* The sealed value of (key, value): a new bytes object, value || trailer. (``unused``: the
+ * signature map_rows calls.) */
+static PyObject *seal_one(PyObject *key, PyObject *value, int unused) {
+    (void)unused;
     char *k, *v;
     Py_ssize_t kn, vn;
     if (need_bytes(key, "key") || need_bytes(value, "value")) return NULL;
@@ -156,20 +158,23 @@ static PyObject *fail(PyObject *key, const char *reason) {
 /* The value of a sealed (key, stored): bytes without the trailer; NULL with ChecksumError
  * when the trailer does not match.
  *
- * When the caller holds the only reference to ``stored`` (a value py-lmdb just made, passed
- * straight on: ``unseal(k, txn.get(k))``, or inside a row only a fresh list holds), nobody else
+ * When ``mine`` says the caller's reference to ``stored`` is the only way to reach it and its
+ * reference count says it is the only one (a value py-lmdb just made, passed straight on:
+ * ``unseal(k, txn.get(k))``, or in a row that only a list being unsealed holds), nobody else
  * can see it, so it is shortened in place (its size lowered by 4, the terminating NUL moved)
  * and returned, instead of copied into a new object: the check then costs the CRC alone, about
  * half of a copy's cost. Its allocation keeps the 4 bytes, which go with it. Never done to a
- * value shorter than 2 bytes once stripped (CPython shares its 0- and 1-byte objects). */
-static PyObject *unseal_one(PyObject *key, PyObject *stored) {
+ * value shorter than 2 bytes once stripped (CPython shares its 0- and 1-byte objects). Such
+ * a value was never hashed (py-lmdb makes a new object per read), so no cached hash goes
+ * stale. */
+static PyObject *unseal_one(PyObject *key, PyObject *stored, int mine) {
     char *k, *v;
     Py_ssize_t kn, vn;
     if (need_bytes(key, "key") || need_bytes(stored, "value")) return NULL;
     if (PyBytes_AsStringAndSize(key, &k, &kn) < 0 || PyBytes_AsStringAndSize(stored, &v, &vn) < 0) return NULL;
     if (vn < 4) return fail(key, "value shorter than its 4-byte checksum");
     if (get_le32(v + vn - 4) != entry_crc(k, kn, v, vn - 4)) return fail(key, "checksum mismatch");
-    if (Py_REFCNT(stored) == 1 && vn >= 6) {
+    if (mine && Py_REFCNT(stored) == 1 && vn >= 6) {
         Py_SET_SIZE((PyVarObject *)stored, vn - 4);
         v[vn - 4] = '\0';
         Py_INCREF(stored);
@@ -189,19 +194,19 @@ static int want_args(Py_ssize_t nargs, Py_ssize_t n, const char *name) {
 static PyObject *py_seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (want_args(nargs, 2, "seal")) return NULL;
-    return seal_one(args[0], args[1]);
+    return seal_one(args[0], args[1], 0);
 }
 
 static PyObject *py_unseal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (want_args(nargs, 2, "unseal")) return NULL;
     if (args[1] == Py_None) Py_RETURN_NONE;
-    return unseal_one(args[0], args[1]);
+    return unseal_one(args[0], args[1], 1);
 }
 
 /* rows: a list of (key, value-or-None) tuples. map_rows builds a new list whose values went
  * through fn (None stays None); in_place replaces the list's items instead. */
-static PyObject *map_rows(PyObject *rows, PyObject *(*fn)(PyObject *, PyObject *), int in_place) {
+static PyObject *map_rows(PyObject *rows, PyObject *(*fn)(PyObject *, PyObject *, int), int in_place) {
     if (!PyList_Check(rows)) {
         PyErr_SetString(PyExc_TypeError, "rows must be a list");
         return NULL;
@@ -223,7 +228,8 @@ static PyObject *map_rows(PyObject *rows, PyObject *(*fn)(PyObject *, PyObject *
             Py_INCREF(row);
             nrow = row;
         } else {
-            PyObject *nval = fn(key, val);
+            /* the value is the row's; the row is the list's alone, or shared */
+            PyObject *nval = fn(key, val, in_place && Py_REFCNT(row) == 1);
             if (nval == NULL) {
                 Py_DECREF(out);
                 return NULL;

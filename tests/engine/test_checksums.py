@@ -106,6 +106,10 @@ def test_unseal_of_a_value_nobody_else_holds_strips_it_in_place() -> None:
     assert unseal(b"k", seal(b"k", b"v")) == b"v"  # too short to shorten: copied
     rows = [(b"a", seal(b"a", b"12")), (b"b", None), (b"c", seal(b"c", b"xyz"))]
     assert unseal_rows(rows) == [(b"a", b"12"), (b"b", None), (b"c", b"xyz")]
+    shared = (b"k", seal(b"k", b"kept"))  # a row someone else holds too: left as it was
+    rows = [shared, (b"j", seal(b"j", b"mine"))]
+    assert unseal_rows(rows) == [(b"k", b"kept"), (b"j", b"mine")]
+    assert rows[0] is not shared and shared == (b"k", seal(b"k", b"kept"))
 
 
 def test_sort_rows_sorts_a_dict_bytewise_and_seals_in_the_same_pass() -> None:
