@@ -234,6 +234,10 @@ static PyObject *map_rows(PyObject *rows, PyObject *(*fn)(PyObject *, PyObject *
                 Py_DECREF(out);
                 return NULL;
             }
+            if (nval == val) { /* stripped in place: the row already holds it */
+                Py_DECREF(nval);
+                continue;
+            }
             if (in_place && Py_REFCNT(row) == 1) {
                 /* The list holds the only reference (a fresh row from py-lmdb): replace the
                  * value inside it, saving a tuple (about a quarter of the cost of a row). */
