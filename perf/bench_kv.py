@@ -881,7 +881,8 @@ class ChecksumFigures:
             ("checksum_put_commit_overhead", self.put_commit),
             ("checksum_scan_overhead", self.scan),
         ):
-            record.figure(name, value, "x", digits=3, based_on=[name.split("_", 1)[1]])
+            series = "checksums_" + name.removeprefix("checksum_").removesuffix("_overhead")
+            record.figure(name, value, "x", digits=3, based_on=[series])
         record.figure("checksum_bytes_per_entry", self.bytes_per_entry, "B", digits=1)
 
 

@@ -30,6 +30,7 @@ from txstore.engine.checksums import (
     seal,
     seal_rows,
     set_hardware,
+    sort_rows,
     unseal,
     unseal_rows,
 )
@@ -94,6 +95,46 @@ def test_seal_and_unseal_round_trip_and_refuse_any_change() -> None:
     assert unseal_rows(sealed) is sealed and sealed == rows
     with pytest.raises(TypeError):
         seal("a", b"1")  # type: ignore[arg-type]
+
+
+def test_unseal_of_a_value_nobody_else_holds_strips_it_in_place() -> None:
+    held = seal(b"key", b"value")
+    assert unseal(b"key", held) == b"value" and held == seal(b"key", b"value")  # a copy
+    fresh = unseal(b"key", seal(b"key", b"value"))  # the only reference: shortened in place
+    assert fresh == b"value" and len(fresh) == 5 and hash(fresh) == hash(b"value")
+    assert {fresh: 1}[b"value"] == 1 and fresh + b"!" == b"value!"
+    assert unseal(b"k", seal(b"k", b"v")) == b"v"  # too short to shorten: copied
+    rows = [(b"a", seal(b"a", b"12")), (b"b", None), (b"c", seal(b"c", b"xyz"))]
+    assert unseal_rows(rows) == [(b"a", b"12"), (b"b", None), (b"c", b"xyz")]
+    shared = (b"k", seal(b"k", b"kept"))  # a row someone else holds too: left as it was
+    rows = [shared, (b"j", seal(b"j", b"mine"))]
+    assert unseal_rows(rows) == [(b"k", b"kept"), (b"j", b"mine")]
+    assert rows[0] is not shared and shared == (b"k", seal(b"k", b"kept"))
+
+
+def test_sort_rows_sorts_a_dict_bytewise_and_seals_in_the_same_pass() -> None:
+    rng = random.Random(5)
+    alphabet = b"\x00\x01ab\xff"
+    for n in (0, 1, 2, 17, 300, 3000):
+        staged: dict[bytes, bytes | None] = {}
+        while len(staged) < n:  # keys sharing long prefixes, of every length from 1 to 20
+            key = bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 21)))
+            staged[key] = None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 30))
+        expected = sorted(staged.items())
+        assert sort_rows(staged, False) == expected
+        assert sort_rows(staged, True) == [
+            (k, None if v is None else seal(k, v)) for k, v in expected
+        ]
+    shared: dict[bytes, bytes | None] = {
+        bytes(9) + bytes([i]): b"v" for i in range(40, 0, -1)
+    }  # one 8-byte prefix
+    assert [k for k, _ in sort_rows(shared, True)] == sorted(shared)
+    with pytest.raises(TypeError, match="key must be bytes"):
+        sort_rows({"a": b"1"}, True)  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="value must be bytes"):
+        sort_rows({b"a": 1}, False)  # type: ignore[dict-item]
+    with pytest.raises(TypeError):
+        sort_rows([(b"a", b"1")], False)  # type: ignore[arg-type]
 
 
 def test_a_new_partition_stores_trailers_and_records_its_flag(written: Path) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from txstore.bytestores.kv import BytesKeyValueStore, MemoryPartition
 from txstore.engine.base import PartitionBase
 from txstore.engine.iterators import (
+    CHUNK_MIN,
     ChunkedIterator,
     KeyRange,
     MergedSource,
@@ -72,6 +73,90 @@ def test_merge_rows_matches_a_dict_model(
     expected = sorted((k, v) for k, v in model.items() if keep or v is not None)
     got = merge_rows(sorted(upper.items()), sorted(lower.items()), keep)
     assert got == expected
+
+
+def test_merge_rows_in_c_on_chunk_sized_tiers_and_bad_rows() -> None:
+    rng = random.Random(11)
+    committed: dict[bytes, bytes | None] = {
+        rng.randbytes(rng.randrange(1, 20)): rng.randbytes(8) for _ in range(1500)
+    }
+    lower = sorted(committed.items())
+    for density in (0.01, 0.1, 0.5, 2.0):  # sparse (bisected) and dense (walked) upper tiers
+        staged: dict[bytes, bytes | None] = {}
+        for k, _ in rng.sample(lower, int(len(lower) * min(density, 1.0))):
+            staged[k] = None if rng.random() < 0.3 else b"new"  # deletes and updates
+        for _ in range(int(len(lower) * density / 2)):
+            staged[rng.randbytes(rng.randrange(1, 20))] = b"inserted"
+        upper = sorted(staged.items())
+        for keep in (False, True):
+            model = {**committed, **staged}
+            expected = sorted((k, v) for k, v in model.items() if keep or v is not None)
+            assert merge_rows(upper, lower, keep) == expected
+    assert merge_rows([], lower, False) is lower  # nothing staged: the committed chunk as is
+    for bad_upper, bad_lower in (
+        ([(1, b"v")], lower),  # a key that is not bytes
+        ([(b"k",)], lower),  # not a 2-tuple
+        ([(b"k", b"v")], [[b"a", b"v"]]),  # a list, not a tuple
+    ):
+        with pytest.raises(TypeError):
+            merge_rows(bad_upper, bad_lower, False)  # type: ignore[arg-type]
+
+
+class _FlakySource:
+    """A source of ``n`` rows whose reads fail while ``fail`` is set."""
+
+    def __init__(self, n: int) -> None:
+        self.rows: list[Row] = [(b"%04d" % i, b"v") for i in range(n)]
+        self.fail = False
+        self.reads = 0
+
+    def read_chunk(self, rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
+        self.reads += 1
+        if self.fail:
+            raise OSError("read failed")
+        inside = [
+            r
+            for r in self.rows
+            if (rng.lo is None or r[0] > rng.lo or (r[0] == rng.lo and rng.lo_inclusive))
+            and (rng.hi is None or r[0] < rng.hi or (r[0] == rng.hi and rng.hi_inclusive))
+        ]
+        chunk = inside[-n:] if reverse else inside[:n]
+        if len(inside) <= n:
+            return chunk, None
+        return chunk, chunk[0][0] if reverse else chunk[-1][0]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_chunked_iterator_retries_a_failed_read_and_peeks_across_chunks(reverse: bool) -> None:
+    source = _FlakySource(CHUNK_MIN * 3 + 5)
+    expect = source.rows[::-1] if reverse else source.rows
+    closed: list[ChunkedIterator] = []
+    it = ChunkedIterator(source, KeyRange(), reverse, closed.append)
+    got = [next(it) for _ in range(CHUNK_MIN)]  # the whole first chunk
+    assert it.peek_next_key() == expect[CHUNK_MIN][0]  # reads the second chunk ahead
+    assert it.has_next() and next(it) == expect[CHUNK_MIN]
+    got.append(expect[CHUNK_MIN])
+    while len(got) < CHUNK_MIN * 3:  # the rest of the second chunk (256 rows)
+        got.append(next(it))
+    source.fail = True
+    for _ in range(2):  # every next() while the source fails raises its error
+        with pytest.raises(OSError, match="read failed"):
+            next(it)
+    assert not it.closed
+    source.fail = False
+    got += list(it)  # the read is retried: nothing lost, nothing twice
+    assert got == expect and it.closed and closed == [it]
+    assert it.peek_next_key() is None and list(it) == []
+
+
+def test_chunked_iterator_closed_mid_chunk_stops_at_once() -> None:
+    source = _FlakySource(50)
+    it = ChunkedIterator(source, KeyRange())
+    assert next(it) == source.rows[0]
+    reads = source.reads
+    it.close()
+    assert list(it) == [] and it.peek_next_key() is None and source.reads == reads
+    gc.collect()  # no warning from a closed iterator (warnings are errors)
 
 
 def test_next_prefix_and_prefix_range() -> None:

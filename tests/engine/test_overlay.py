@@ -53,18 +53,24 @@ def test_index_is_lazy_and_consistent() -> None:
     ov = memory_overlay().db("s", b"s")
     for k in (b"c", b"a", b"b", b"a"):
         ov.put(k, k)
-    assert ov._pending == [b"c", b"a", b"b"]  # new keys only, unsorted, not yet indexed
-    assert len(ov._index) == 0
+    assert ov._pending is None and ov._index is None  # no index before an ordered read
+    ov._check()
     assert scan(ov, KeyRange()) == [(b"a", b"a"), (b"b", b"b"), (b"c", b"c")]
-    assert ov._pending == [] and list(ov._index) == [b"a", b"b", b"c"]
+    assert ov._pending == [] and list(ov._index or ()) == [b"a", b"b", b"c"]
     ov.put(b"bb", None)
+    ov.put(b"b", b"B")  # not a new key: not pending
+    assert ov._pending == [b"bb"]  # new keys only, not yet indexed
     ov._check()
     assert scan(ov, KeyRange(), reverse=True) == [
         (b"c", b"c"),
         (b"bb", None),
-        (b"b", b"b"),
+        (b"b", b"B"),
         (b"a", b"a"),
     ]
+    assert ov._pending == []
+    ov.clear()
+    assert ov._pending is None and ov._index is None
+    ov._check()
 
 
 def test_budget_accounting() -> None:

@@ -2,9 +2,10 @@
 trailer over its key and value (``value || LE32(crc32c(key || value))``, ``docs/formats.md``),
 so the Kafka-format bytes above it stay byte-for-byte Kafka's.
 
-Two functions do the work, both in C (``csrc/checksums.c``, the ``txstore._checksums``
+C does the work (``csrc/checksums.c``, the ``txstore._checksums``
 extension): :func:`seal_rows` adds the trailers to the rows a write transaction is about to
-put (the commit of overlays, the write-through path), and :func:`unseal` / :func:`unseal_rows`
+put (the write-through path, spilled overlays; :func:`sort_rows` sorts an overlay's memory tier
+and seals it in the same pass), and :func:`unseal` / :func:`unseal_rows`
 check and strip them on every read of committed data (gets, range reads, scan chunks, in the
 writer's read transaction, short shared ones, atomic reads and snapshots). A mismatch raises
 :class:`ChecksumError` from C; the engine turns it into :func:`damaged_entry`, a
@@ -46,6 +47,7 @@ from txstore._checksums import (
     seal,
     seal_rows,
     set_hardware,
+    sort_rows,
     unseal,
     unseal_rows,
 )
@@ -66,6 +68,7 @@ __all__ = [
     "seal",
     "seal_rows",
     "set_hardware",
+    "sort_rows",
     "unseal",
     "unseal_rows",
 ]

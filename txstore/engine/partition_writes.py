@@ -118,7 +118,7 @@ class PartitionWrites(PartitionReads):
             for ov in dbs:
                 if ov.dropped:
                     self._drop_in(txn, ov.name)
-                chunks = map(self.sealed, ov.sorted_chunks())
+                chunks = ov.sorted_chunks(seal=self.checksums)  # sealed as self.sealed does
                 first = next(chunks, None)
                 if first is not None:
                     cur = txn.cursor(self._write_handle(txn, ov.name))

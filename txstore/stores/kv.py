@@ -406,16 +406,19 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
                     if v is not NOT_FOUND:
                         return v  # type: ignore[return-value]
                 p = self._lmdb
-                if p is not None and p.writer_txn is not None:
-                    h = p.writer_handles.get(self._db)
-                    if h is not None:
-                        v = p.writer_txn.get(k, None, h)
-                        if p.checksums:  # Partition.get's check, inlined (one call less)
+                if p is not None:
+                    txn = p.writer_txn
+                    if txn is not None:
+                        h = p.writer_handles.get(self._db)
+                        if h is not None:
+                            if not p.checksums:
+                                return txn.get(k, None, h)  # type: ignore[return-value]
+                            # Partition.get's check, inlined (one call less); the value
+                            # passed straight on is stripped in place (see unseal)
                             try:
-                                v = unseal(k, v)
+                                return unseal(k, txn.get(k, None, h))  # type: ignore[return-value]
                             except ChecksumError as exc:
                                 raise p.damaged(self._db, exc) from None
-                        return v  # type: ignore[return-value]
                 return self._committed_get(self._db, k)  # type: ignore[no-any-return]
             return v  # type: ignore[return-value]
         return super().get(key)
