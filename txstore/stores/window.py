@@ -158,6 +158,11 @@ class TypedSegmentedStore(Generic[K, V]):
         # The single-key window fetch reads its rows in one go from the store or its
         # read-committed view (``fetch_window_rows``); other inners take the general path.
         self._rows_fast = type(inner) in (SegmentedBytesStore, SegmentedReadCommittedView)
+        # The writer's store reads them as decoded pairs (``fetch_window_items``): values
+        # decoded by the C reader itself (None: UTF-8 text) or by this callable.
+        self._items_decode: Any = _NO
+        if type(inner) is SegmentedBytesStore:
+            self._items_decode = None if self._utf8_values else self._plain_decode or self._decode
 
     def _key(self, key: K | None, suffix: int) -> bytes:
         if key is None:
@@ -445,7 +450,26 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
             time_from = to_millis("time_from", time_from)
             time_to = to_millis("time_to", time_to)
         inner: SegmentedBytesStore | SegmentedReadCommittedView = self._inner
-        read = inner.fetch_window_rows(kb, time_from, time_to, reverse)
+        read: tuple[list[Row], list[list[bool]]] | None
+        if self._items_decode is not _NO:  # the writer's store: pairs made in C when it can
+            got = inner.fetch_window_items(  # type: ignore[union-attr]
+                kb, time_from, time_to, reverse, self._items_decode
+            )
+            if got is None:
+                read = None
+            elif got[2]:
+                pairs, live = got[0], got[1]
+                pit = iter(pairs)  # decoded_iterator(pairs, inner, live), inlined
+                kv_it: DecodedIterator[int, V] = DecodedIterator(pit, iter(live))
+                kv_it.items_iter = pit
+                kv_it.items = pairs
+                kv_it.cells = live
+                kv_it.store = inner  # type: ignore[assignment]
+                return kv_it
+            else:
+                read = got[0], got[1]
+        else:
+            read = inner.fetch_window_rows(kb, time_from, time_to, reverse)
         if read is None:
             return self._single(
                 inner.fetch(kb, None, time_from, time_to, reverse=reverse, single_key=True)
