@@ -293,11 +293,12 @@ static PyObject *py_hardware(PyObject *self, PyObject *unused) {
 
 /* ---- window_items: a short single-key window fetch read and decoded in one call ----------
  *
- * window_items(cursor, lo, hi, limit, key_len, kv_type, decode, sealed) -> list | None
+ * window_items(cursor, key, time_from, time_to, limit, kv_type, decode, sealed) -> list | None
  *
- * Seeks `cursor` (a py-lmdb cursor, or anything with set_range() and iteration over (key,
- * value) bytes pairs) to `lo` and reads the rows up to `hi` (inclusive), each of which must be
- * a window row of one key: key_len key bytes || L(start) || I(seq). For each, in order: the
+ * Seeks `cursor` (a py-lmdb cursor: set_range(), key(), value(), next()) to
+ * lo = key || L(time_from) || I(0) and reads the rows up to hi = key || L(time_to) || I(MAX)
+ * (inclusive), each of which must be a window row of `key`: key || L(start) || I(seq) (for
+ * time_from >= 0, such a row is in the time range). For each, in order: the
  * trailer is checked and stripped when `sealed` (ChecksumError on a mismatch, as unseal), and
  * it becomes kv_type(start, value), kv_type a tuple subclass (txstore.types.KeyValue), value
  * the UTF-8 text of the stored bytes when `decode` is None, else decode(bytes). Returns None,
@@ -329,6 +330,16 @@ static PyObject *make_pair(PyObject *kv_type, allocfunc alloc, long long start, 
     return pair;
 }
 
+#define WINDOW_KEY_MAX 1024 /* above LMDB's key size: a key of a window row is never longer */
+
+static void put_be64(char *p, long long v) {
+    unsigned long long u = (unsigned long long)v;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (char)(u & 0xff);
+        u >>= 8;
+    }
+}
+
 static long long get_be64(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     unsigned long long u = 0;
@@ -339,14 +350,22 @@ static long long get_be64(const char *s) {
 static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (want_args(nargs, 8, "window_items")) return NULL;
-    PyObject *cursor = args[0], *lo = args[1], *hi = args[2], *kv_type = args[5], *decode = args[6];
-    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    PyObject *cursor = args[0], *wkey = args[1], *kv_type = args[5], *decode = args[6];
+    long long t_from = PyLong_AsLongLong(args[2]);
+    if (t_from == -1 && PyErr_Occurred()) return NULL;
+    long long t_to = PyLong_AsLongLong(args[3]);
+    if (t_to == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
     if (limit == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t key_len = PyLong_AsSsize_t(args[4]);
-    if (key_len == -1 && PyErr_Occurred()) return NULL;
     int sealed = PyObject_IsTrue(args[7]);
     if (sealed < 0) return NULL;
-    if (need_bytes(lo, "lo") || need_bytes(hi, "hi")) return NULL;
+    char *kp;
+    Py_ssize_t key_len;
+    if (need_bytes(wkey, "key") || PyBytes_AsStringAndSize(wkey, &kp, &key_len) < 0) return NULL;
+    if (key_len > WINDOW_KEY_MAX) {
+        PyErr_SetString(PyExc_ValueError, "key too long for a window row");
+        return NULL;
+    }
     if (!PyType_Check(kv_type) || !PyType_IsSubtype((PyTypeObject *)kv_type, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "kv_type must be a tuple subclass");
         return NULL;
@@ -360,16 +379,24 @@ static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "kv_type has no allocator");
         return NULL;
     }
-    char *hp;
-    Py_ssize_t hn;
-    if (PyBytes_AsStringAndSize(hi, &hp, &hn) < 0) return NULL;
-    Py_ssize_t row_len = key_len + 12;
+    /* the bounds: lo = key || L(from) || I(0), hi = key || L(to) || I(INT_MAX) */
+    Py_ssize_t row_len = key_len + 12, hn = row_len;
+    char hp[WINDOW_KEY_MAX + 12];
+    memcpy(hp, kp, (size_t)key_len);
+    put_be64(hp + key_len, t_from);
+    memset(hp + key_len + 8, 0, 4);
+    PyObject *lo = PyBytes_FromStringAndSize(hp, row_len);
+    if (lo == NULL) return NULL;
+    put_be64(hp + key_len, t_to);
+    hp[key_len + 8] = 0x7f;
+    memset(hp + key_len + 9, 0xff, 3);
 
     /* The cursor's bound methods, looked up once: reading key, then value, then moving on
      * costs less than iterating the cursor (no iterator object, no (key, value) tuple, and the
      * value of the row past the range is never copied). */
     PyObject *m_key = NULL, *m_value = NULL, *m_next = NULL, *out = NULL;
     PyObject *found = PyObject_CallMethodObjArgs(cursor, str_set_range, lo, NULL);
+    Py_DECREF(lo);
     if (found == NULL) return NULL;
     int more = PyObject_IsTrue(found);
     Py_DECREF(found);
@@ -487,7 +514,7 @@ static PyMethodDef methods[] = {
      "(tests compare both implementations)"},
     {"hardware", py_hardware, METH_NOARGS, "hardware() -> whether the CPU instruction is used"},
     {"window_items", (PyCFunction)(void (*)(void))py_window_items, METH_FASTCALL,
-     "window_items(cursor, lo, hi, limit, key_len, kv_type, decode, sealed) -> the KeyValue "
+     "window_items(cursor, key, time_from, time_to, limit, kv_type, decode, sealed) -> the KeyValue "
      "pairs of a short single-key window fetch, or None for the general path"},
     {NULL, NULL, 0, NULL},
 };

@@ -12,10 +12,10 @@ def set_hardware(on: bool, /) -> bool: ...
 def hardware() -> bool: ...
 def window_items(
     cursor: Any,
-    lo: bytes,
-    hi: bytes,
+    key: bytes,
+    time_from: int,
+    time_to: int,
     limit: int,
-    key_len: int,
     kv_type: type,
     decode: Any,
     sealed: bool,

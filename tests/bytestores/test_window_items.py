@@ -49,8 +49,7 @@ def fill(cursor: Any, rows: dict[bytes, bytes], sealed: bool = True) -> None:
 
 def fetch(cursor: Any, key: bytes, t0: int, t1: int, **kw: Any) -> list[Any] | None:
     limit, decode, sealed = kw.get("limit", 64), kw.get("decode"), kw.get("sealed", True)
-    lo, hi = row(key, t0, 0), row(key, t1, MAX)
-    out = window_items(cursor, lo, hi, limit, len(key), KeyValue, decode, sealed)
+    out = window_items(cursor, key, t0, t1, limit, KeyValue, decode, sealed)
     assert out is None or all(type(kv) is KeyValue for kv in out)
     return out
 
@@ -123,15 +122,16 @@ def test_decoder_errors_propagate(cursor: Any) -> None:
 
 
 def test_bad_arguments_are_type_errors(cursor: Any) -> None:
-    lo, hi = row(b"k", 0), row(b"k", 9)
     with pytest.raises(TypeError, match="tuple subclass"):
-        window_items(cursor, lo, hi, 64, 1, dict, None, True)
+        window_items(cursor, b"k", 0, 9, 64, dict, None, True)
     with pytest.raises(TypeError, match="callable"):
-        window_items(cursor, lo, hi, 64, 1, KeyValue, 3, True)
+        window_items(cursor, b"k", 0, 9, 64, KeyValue, 3, True)
     with pytest.raises(TypeError, match="bytes"):
-        window_items(cursor, "lo", hi, 64, 1, KeyValue, None, True)  # type: ignore[arg-type]
+        window_items(cursor, "k", 0, 9, 64, KeyValue, None, True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="too long"):
+        window_items(cursor, b"k" * 2000, 0, 9, 64, KeyValue, None, True)
     with pytest.raises(TypeError, match="8 arguments"):
-        window_items(cursor, lo, hi)  # type: ignore[call-arg]
+        window_items(cursor, b"k", 0)  # type: ignore[call-arg]
 
 
 # -- the writer's store --------------------------------------------------------------------
@@ -157,9 +157,9 @@ def test_steady_state_fetches_take_the_c_reader(
     calls: list[bytes] = []
     real = window_items
 
-    def counting(cur: Any, lo: bytes, *rest: Any) -> Any:
-        calls.append(lo)
-        return real(cur, lo, *rest)
+    def counting(cur: Any, key: bytes, *rest: Any) -> Any:
+        calls.append(key)
+        return real(cur, key, *rest)
 
     monkeypatch.setattr(window_fetch, "window_items", counting)
     kw: dict[str, Any] = {"window_size": 10, "retention_period": 120_000, "format": fmt}

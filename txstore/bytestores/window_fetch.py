@@ -68,33 +68,32 @@ class WindowFetches(SegmentedReads):
             actual_from = time_from
         if time_to < actual_from:
             return [], [], True
-        if time_to < 0 or not self.window or reverse:
+        if time_to < 0 or reverse or not self.window:
             return self._rows(key, time_from, time_to, reverse)
         if actual_from < 0:
             actual_from = 0
         interval = self.segment_interval
         first = actual_from // interval
         last = time_to // interval
-        lo = key + _pack_qi(actual_from, 0)
-        hi = key + _pack_qi(time_to, INT_MAX)
         p = self.partition
+        cursors = p.writer_cursors
         out: list[Any] | None = None
-        cells: list[list[bool]] = []
         for sid in self._ids:
             if first <= sid <= last:
                 seg = self._live[sid]
+                cur = cursors.get(seg.db)
                 ov = seg.ov
-                cur = p.writer_cursors.get(seg.db)
                 if (
                     cur is None
-                    or seg.fmt is not self.format
                     or (ov is not None and (ov.mem or ov.layered))
+                    or seg.fmt is not (self.format)
                 ):  # staged rows to merge (or no cursor yet, or values to convert)
                     return self._rows(key, time_from, time_to, reverse)
                 try:
                     items = window_items(
-                        cur, lo, hi, SMALL_READ_LIMIT, len(key), KeyValue, decode, p.checksums
-                    )
+                        cur, key, actual_from, time_to, SMALL_READ_LIMIT, KeyValue, decode,
+                        p.checksums,
+                    )  # fmt: skip
                 except ChecksumError as exc:
                     raise p.damaged(seg.db, exc) from None
                 if items is None:  # a longer key among the rows, too many rows, not UTF-8
