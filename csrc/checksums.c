@@ -302,8 +302,9 @@ static PyObject *py_hardware(PyObject *self, PyObject *unused) {
  * trailer is checked and stripped when `sealed` (ChecksumError on a mismatch, as unseal), and
  * it becomes kv_type(start, value), kv_type a tuple subclass (txstore.types.KeyValue), value
  * the UTF-8 text of the stored bytes when `decode` is None, else decode(bytes). Returns None,
- * having made nothing, when the rows need the general path: more than `limit` rows, a key of
- * another length (a longer key sharing the prefix), or bytes that are not UTF-8 (the general
+ * having made nothing, when the rows need the general path: more than `limit` rows, a row of
+ * another length (of a longer key sharing the prefix, or of a shorter key whose row sorts in
+ * range: "k" || L(100) lies between the bounds of "k\0"), or bytes that are not UTF-8 (the general
  * path's serde raises its own error). One call instead of a Python loop over rows plus
  * unseal_rows plus a decode loop: measured 4-window fetch in perf/bench_window.py. */
 

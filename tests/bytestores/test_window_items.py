@@ -169,6 +169,7 @@ def test_steady_state_fetches_take_the_c_reader(
             w.put("k", value, t)
             w.put("kk", value, t)
             w.put("k\x00", value, t)  # a longer key whose rows sort among k's
+            w.put("z", value, t)
         w.commit(1)
         with w.bytes_store.fetch(b"k", None, 0, 10**6, single_key=True) as general:
             expect = [(QI.unpack(k[-12:])[0], v) for k, v in general]
@@ -192,6 +193,13 @@ def test_steady_state_fetches_take_the_c_reader(
         with w.fetch("kk", 0, 10**6) as it:
             assert [kv.key for kv in it] == [0, 100, 200, 70_000]
         assert len(calls) == 4
+        with w.fetch("z", 0, 10**6) as it:  # nothing staged for this key: the C reader
+            assert list(it) == first
+        assert len(calls) == 6
+        w.put("z", None, 100)  # a staged delete is merged too
+        with w.fetch("z", 0, 10**6) as it:
+            assert [kv.key for kv in it] == [0, 70_000]
+        assert len(calls) == 6
 
 
 def test_damage_found_by_the_c_reader_names_the_database(tmp_path: Path) -> None:

@@ -2,12 +2,13 @@
 :class:`~txstore.bytestores.segments.SegmentedBytesStore` (a mixin, :class:`WindowFetches`).
 
 :meth:`WindowFetches.fetch_window_items` is the shortest: when nothing is staged for the
-segments a fetch reads (no overlay merge), it hands the writer's LMDB cursor of each segment to
-the C function :func:`txstore._checksums.window_items`, which seeks, reads the rows up to the
-upper bound, checks and strips their checksums, reads each window start and decodes each value
-(UTF-8 text, or the caller's decoder) into ``KeyValue`` pairs: one call per segment, no Python
-object per row but the pairs returned. Anything else (staged writes, a segment in another
-format, a longer key sharing the prefix, a reverse fetch) goes through
+key's windows in the segments a fetch reads (no overlay merge), it hands the writer's LMDB
+cursor of each segment to the C function :func:`txstore._checksums.window_items`, which seeks,
+reads the rows up to the upper bound, checks and strips their checksums, reads each window
+start and decodes each value (UTF-8 text, or the caller's decoder) into ``KeyValue`` pairs: one
+call per segment, no Python object per row but the pairs returned. Anything else (a segment in
+another format, another key's row between the bounds, a reverse fetch, writes of the key's
+windows staged in the overlay, a spilled overlay or a staged segment drop) goes through
 :meth:`WindowFetches.fetch_window_rows`, which merges the overlay and returns the rows for the
 typed layer to decode. ``docs/performance.md`` ("Window fetches") has the measurements.
 """
@@ -82,13 +83,13 @@ class WindowFetches(SegmentedReads):
             if first <= sid <= last:
                 seg = self._live[sid]
                 cur = cursors.get(seg.db)
-                ov = seg.ov
-                if (
-                    cur is None
-                    or (ov is not None and (ov.mem or ov.layered))
-                    or seg.fmt is not (self.format)
-                ):  # staged rows to merge (or no cursor yet, or values to convert)
+                if cur is None or seg.fmt is not self.format:  # no cursor yet, or to convert
                     return self._rows(key, time_from, time_to, reverse)
+                ov = seg.ov
+                if ov is not None and (ov.mem or ov.layered):  # writes staged in the segment:
+                    lo = key + _pack_qi(actual_from, 0)  # any of this key's windows?
+                    if ov.read_small(lo, key + _pack_qi(time_to, INT_MAX), 1) != []:
+                        return self._rows(key, time_from, time_to, reverse)  # to merge
                 try:
                     items = window_items(
                         cur, key, actual_from, time_to, SMALL_READ_LIMIT, KeyValue, decode,
@@ -96,7 +97,7 @@ class WindowFetches(SegmentedReads):
                     )  # fmt: skip
                 except ChecksumError as exc:
                     raise p.damaged(seg.db, exc) from None
-                if items is None:  # a longer key among the rows, too many rows, not UTF-8
+                if items is None:  # another key's row in range, too many rows, not UTF-8
                     return self._rows(key, time_from, time_to, reverse)
                 if out is None:
                     out = items
