@@ -60,6 +60,7 @@ from txstore.errors import (
     SerializationError,
     UnsupportedOperationError,
 )
+from txstore.stores.decoded import session_windowed
 from txstore.stores.kv import KeyValueIterator
 from txstore.stores.stored_errors import stored_bytes_error
 from txstore.stores.window import StoreControl, TypedSegmentedStore, decoded_iterator, to_millis
@@ -71,6 +72,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _QQ = struct.Struct(">qq")
+_new = tuple.__new__
 _LONG_MAX = 2**63 - 1
 _UNSUPPORTED = "This API is not supported by this implementation of SessionStore."
 
@@ -93,12 +95,27 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         n = len(raw) - 16
         end, start = _QQ.unpack_from(raw, n)
         key: Any = self.key_serde.deserialize(raw[:n])
-        return Windowed(key, SessionWindow(start, end))
+        return session_windowed(key, start, end)
 
     def _iter(self, inner: BytesIterator) -> KeyValueIterator[Windowed[K], V]:
-        if type(inner) is RowsIterator:
-            windowed, decode = self._windowed, self._decode
-            items = [KeyValue(windowed(k), decode(v)) for k, v in inner.rows]
+        if type(inner) is RowsIterator:  # one key's sessions; values are never None
+            decode = self._plain_decode or self._decode
+            items: list[Any]
+            if self._utf8_keys:  # str keys are immutable: one deserialization for all rows
+                unpack, deserialize = _QQ.unpack_from, self.key_serde.deserialize
+                last: bytes | None = None
+                key = None
+                items = []
+                for k, v in inner.rows:
+                    n = len(k) - 16
+                    if k[:n] != last:
+                        last = k[:n]
+                        key = deserialize(last)
+                    end, start = unpack(k, n)
+                    items.append(_new(KeyValue, (session_windowed(key, start, end), decode(v))))
+            else:
+                windowed = self._windowed
+                items = [_new(KeyValue, (windowed(k), decode(v))) for k, v in inner.rows]
             return decoded_iterator(items, inner.store, inner.cells)
         return KeyValueIterator(inner, self._windowed, self._decode)
 

@@ -54,12 +54,12 @@ from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
 from txstore.engine.iterators import Row
 from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
-from txstore.stores.decoded import DecodedIterator, decoded_iterator
+from txstore.stores.decoded import DecodedIterator, decoded_iterator, time_windowed
 from txstore.stores.formats import ValueCodec
 from txstore.stores.kv import KeyValueIterator
 from txstore.stores.serdes import Serde, StringSerde
 from txstore.stores.stored_errors import stored_bytes_error
-from txstore.types import KeyValue, TimeWindow, Windowed, check_long
+from txstore.types import KeyValue, Windowed, check_long
 
 __all__ = [
     "DecodedIterator",
@@ -350,7 +350,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         n = len(raw) - 12
         start = _Q.unpack_from(raw, n)[0]
         key: Any = self.key_serde.deserialize(raw[:n])
-        return Windowed(key, TimeWindow.for_size(start, self.window_size))
+        return time_windowed(key, start, self.window_size)
 
     def _single(self, inner: BytesIterator) -> KeyValueIterator[int, V]:
         if type(inner) is RowsIterator:  # its values are never None
