@@ -310,6 +310,34 @@ static PyObject *py_hardware(PyObject *self, PyObject *unused) {
 
 static PyObject *str_set_range, *str_key, *str_value, *str_next;
 
+/* The methods of the cursor type last seen (in practice py-lmdb's Cursor), looked up on the
+ * type once and called with the cursor as their first argument: no bound method is made per
+ * call (CPython calls a method descriptor this way without a tuple). */
+static PyObject *cursor_type, *d_set_range, *d_key, *d_value, *d_next;
+
+static int cursor_methods(PyObject *cursor) {
+    PyObject *type = (PyObject *)Py_TYPE(cursor);
+    if (type == cursor_type) return 0;
+    PyObject *sr = PyObject_GetAttr(type, str_set_range), *k = PyObject_GetAttr(type, str_key);
+    PyObject *v = PyObject_GetAttr(type, str_value), *n = PyObject_GetAttr(type, str_next);
+    if (sr == NULL || k == NULL || v == NULL || n == NULL) {
+        Py_XDECREF(sr);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        Py_XDECREF(n);
+        return -1;
+    }
+    Py_XDECREF(d_set_range);
+    Py_XDECREF(d_key);
+    Py_XDECREF(d_value);
+    Py_XDECREF(d_next);
+    Py_XDECREF(cursor_type);
+    d_set_range = sr, d_key = k, d_value = v, d_next = n;
+    Py_INCREF(type);
+    cursor_type = type;
+    return 0;
+}
+
 /* kv_type(start, value), stealing value; NULL on error (value released). */
 static PyObject *make_pair(PyObject *kv_type, allocfunc alloc, long long start, PyObject *value) {
     PyObject *s = PyLong_FromLongLong(start);
@@ -392,25 +420,30 @@ static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize
     hp[key_len + 8] = 0x7f;
     memset(hp + key_len + 9, 0xff, 3);
 
-    /* The cursor's bound methods, looked up once: reading key, then value, then moving on
-     * costs less than iterating the cursor (no iterator object, no (key, value) tuple, and the
-     * value of the row past the range is never copied). */
-    PyObject *m_key = NULL, *m_value = NULL, *m_next = NULL, *out = NULL;
-    PyObject *found = PyObject_CallMethodObjArgs(cursor, str_set_range, lo, NULL);
+    /* Reading key, then value, then moving on costs less than iterating the cursor (no
+     * iterator object, no (key, value) tuple, and the value of the row past the range is never
+     * copied). */
+    if (cursor_methods(cursor) < 0) {
+        Py_DECREF(lo);
+        return NULL;
+    }
+    /* own references: py-lmdb releases the GIL in its calls, and another thread may meet a
+     * cursor of another type meanwhile and replace the cached methods */
+    PyObject *m_key = d_key, *m_value = d_value, *m_next = d_next;
+    Py_INCREF(m_key);
+    Py_INCREF(m_value);
+    Py_INCREF(m_next);
+    PyObject *found = PyObject_CallFunctionObjArgs(d_set_range, cursor, lo, NULL);
     Py_DECREF(lo);
-    if (found == NULL) return NULL;
-    int more = PyObject_IsTrue(found);
-    Py_DECREF(found);
-    if (more < 0) return NULL;
-    out = PyList_New(0);
-    if (out == NULL || !more) return out;
-    m_key = PyObject_GetAttr(cursor, str_key);
-    m_value = PyObject_GetAttr(cursor, str_value);
-    m_next = PyObject_GetAttr(cursor, str_next);
-    if (m_key == NULL || m_value == NULL || m_next == NULL) goto error;
+    PyObject *out = NULL;
     int general = 0;
+    int more = found == NULL ? -1 : PyObject_IsTrue(found);
+    Py_XDECREF(found);
+    if (more < 0) goto error;
+    out = PyList_New(0);
+    if (out == NULL || !more) goto done;
     while (more) {
-        PyObject *key = PyObject_CallNoArgs(m_key);
+        PyObject *key = PyObject_CallFunctionObjArgs(m_key, cursor, NULL);
         if (key == NULL) goto error;
         char *k, *v;
         Py_ssize_t kn, vn;
@@ -430,7 +463,7 @@ static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize
             general = 1;
             break;
         }
-        PyObject *stored = PyObject_CallNoArgs(m_value);
+        PyObject *stored = PyObject_CallFunctionObjArgs(m_value, cursor, NULL);
         if (stored == NULL || need_bytes(stored, "value") || PyBytes_AsStringAndSize(stored, &v, &vn) < 0) {
             Py_XDECREF(stored);
             Py_DECREF(key);
@@ -478,26 +511,25 @@ static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize
         int rc = PyList_Append(out, pair);
         Py_DECREF(pair);
         if (rc < 0) goto error;
-        PyObject *next = PyObject_CallNoArgs(m_next);
+        PyObject *next = PyObject_CallFunctionObjArgs(m_next, cursor, NULL);
         if (next == NULL) goto error;
         more = PyObject_IsTrue(next);
         Py_DECREF(next);
         if (more < 0) goto error;
     }
+    if (general) {
+        Py_DECREF(out);
+        Py_INCREF(Py_None);
+        out = Py_None;
+    }
+done:
     Py_DECREF(m_key);
     Py_DECREF(m_value);
     Py_DECREF(m_next);
-    if (general) {
-        Py_DECREF(out);
-        Py_RETURN_NONE;
-    }
     return out;
 error:
-    Py_XDECREF(m_key);
-    Py_XDECREF(m_value);
-    Py_XDECREF(m_next);
-    Py_DECREF(out);
-    return NULL;
+    Py_CLEAR(out);
+    goto done;
 }
 
 static PyMethodDef methods[] = {
