@@ -149,7 +149,7 @@ class TypedSegmentedStore(Generic[K, V]):
         self.codec = codec
         self.adapter = adapter
         # The writer's single-key fetch decodes values known not to be None with the serde
-        # itself when they are plain and stored as used (see ``_fast_decode``), and UTF-8
+        # itself when they are plain and stored as used (``_plain_decode``), and UTF-8
         # strings with ``bytes.decode`` (the serde's own conversion, without its call).
         plain = adapter is None and codec.format == ValueFormat.PLAIN
         self._plain_decode: Any = codec.serde.deserialize if plain else None
@@ -179,13 +179,6 @@ class TypedSegmentedStore(Generic[K, V]):
 
     def _bound(self, key: K | None, suffix: int) -> bytes | None:
         return None if key is None else self._key(key, suffix)
-
-    @property
-    def _fast_decode(self) -> Any:
-        """``_decode`` for values known not to be None: the serde itself for plain values."""
-        if self.adapter is None and self.codec.format == ValueFormat.PLAIN:
-            return self.codec.serde.deserialize
-        return self._decode
 
     def _decode(self, raw: bytes | None) -> V | None:
         if raw is None:
