@@ -88,8 +88,10 @@ class WindowFetches(SegmentedReads):
                 ov = seg.ov
                 if ov is not None and (ov.mem or ov.layered):  # writes staged in the segment:
                     lo = key + _pack_qi(actual_from, 0)  # any of this key's windows?
-                    if ov.read_small(lo, key + _pack_qi(time_to, INT_MAX), 1) != []:
-                        return self._rows(key, time_from, time_to, reverse)  # to merge
+                    hi = key + _pack_qi(time_to, INT_MAX)
+                    if ov.read_small(lo, hi, 1) != []:  # yes (or spilled, dropped): merge
+                        read = self._window_rows(first, last, lo, hi, False)
+                        return None if read is None else (read[0], read[1], False)
                 try:
                     items = window_items(
                         cur, key, actual_from, time_to, SMALL_READ_LIMIT, KeyValue, decode,
@@ -141,7 +143,13 @@ class WindowFetches(SegmentedReads):
         first = actual_from // interval
         last = time_to // interval
         lo = key + _pack_qi(actual_from, 0)
-        hi = key + _pack_qi(time_to, INT_MAX)
+        return self._window_rows(first, last, lo, key + _pack_qi(time_to, INT_MAX), reverse)
+
+    def _window_rows(
+        self, first: int, last: int, lo: bytes, hi: bytes, reverse: bool
+    ) -> tuple[list[Row], list[list[bool]]] | None:
+        """:meth:`fetch_window_rows` of segments ``first`` to ``last`` and bounds ``lo`` and
+        ``hi``."""
         out: list[Row] = []
         cells: list[list[bool]] = []
         fmt = self.format
