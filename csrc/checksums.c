@@ -293,7 +293,8 @@ static PyObject *py_hardware(PyObject *self, PyObject *unused) {
 
 /* ---- window_items: a short single-key window fetch read and decoded in one call ----------
  *
- * window_items(cursor, key, time_from, time_to, limit, kv_type, decode, sealed) -> list | None
+ * window_items(cursor, key, time_from, time_to, limit, kv_type, decode, sealed, staged)
+ *     -> list | None
  *
  * Seeks `cursor` (a py-lmdb cursor: set_range(), key(), value(), next()) to
  * lo = key || L(time_from) || I(0) and reads the rows up to hi = key || L(time_to) || I(MAX)
@@ -305,7 +306,10 @@ static PyObject *py_hardware(PyObject *self, PyObject *unused) {
  * having made nothing, when the rows need the general path: more than `limit` rows, a row of
  * another length (of a longer key sharing the prefix, or of a shorter key whose row sorts in
  * range: "k" || L(100) lies between the bounds of "k\0"), or bytes that are not UTF-8 (the general
- * path's serde raises its own error). One call instead of a Python loop over rows plus
+ * path's serde raises its own error). `staged`: None, or the rows a transaction staged between
+ * the bounds (the overlay's, ascending; (key, value) with unsealed values, None for a delete):
+ * merged in, a staged row replacing the committed row of the same key. One call instead of a
+ * Python loop over rows plus
  * unseal_rows plus a decode loop: measured 4-window fetch in perf/bench_window.py. */
 
 static PyObject *str_set_range, *str_key, *str_value, *str_next;
@@ -376,10 +380,89 @@ static long long get_be64(const char *s) {
     return (long long)u;
 }
 
+/* What the rows of one window_items call become. */
+struct wctx {
+    PyObject *out, *kv_type, *decode;
+    allocfunc alloc;
+    Py_ssize_t key_len, row_len, limit;
+};
+
+/* Append kv_type(start, value) for value bytes v[0:vn] (`raw`: a bytes object of exactly
+ * them, or NULL to make one for decode). 0: appended; 1: the general path (not UTF-8, or more
+ * than `limit` rows); -1: error. */
+static int append_item(struct wctx *w, long long start, const char *v, Py_ssize_t vn, PyObject *raw) {
+    if (PyList_Size(w->out) >= w->limit) return 1;
+    PyObject *value;
+    if (w->decode == Py_None) {
+        value = PyUnicode_DecodeUTF8(v, vn, NULL);
+        if (value == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                return 1;
+            }
+            return -1;
+        }
+    } else {
+        if (raw == NULL) {
+            raw = PyBytes_FromStringAndSize(v, vn);
+            if (raw == NULL) return -1;
+        } else {
+            Py_INCREF(raw);
+        }
+        value = PyObject_CallFunctionObjArgs(w->decode, raw, NULL);
+        Py_DECREF(raw);
+        if (value == NULL) return -1;
+    }
+    PyObject *pair = make_pair(w->kv_type, w->alloc, start, value);
+    if (pair == NULL) return -1;
+    int rc = PyList_Append(w->out, pair);
+    Py_DECREF(pair);
+    return rc < 0 ? -1 : 0;
+}
+
+/* bytes order: memcmp, then the shorter first */
+static int cmp_keys(const char *a, Py_ssize_t an, const char *b, Py_ssize_t bn) {
+    int c = memcmp(a, b, (size_t)(an < bn ? an : bn));
+    return c != 0 ? c : an < bn ? -1 : an > bn ? 1 : 0;
+}
+
+/* Append the staged rows (key, value or None: a delete) of `staged` from *si on that sort
+ * before the committed key k (all of them when k is NULL); one equal to k replaces it (*same
+ * set). 0: done; 1: the general path (a row of another length); -1: error. */
+static int merge_staged(struct wctx *w, PyObject *staged, Py_ssize_t *si, const char *k, Py_ssize_t kn, int *same) {
+    Py_ssize_t sn = staged == Py_None ? 0 : PyList_Size(staged);
+    while (*si < sn) {
+        PyObject *row = PyList_GetItem(staged, *si); /* borrowed */
+        if (row == NULL || !PyTuple_Check(row) || PyTuple_Size(row) != 2) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "staged rows must be (key, value) tuples");
+            return -1;
+        }
+        PyObject *skey = PyTuple_GetItem(row, 0), *sval = PyTuple_GetItem(row, 1);
+        char *sk, *sv = NULL;
+        Py_ssize_t skn, svn = 0;
+        if (need_bytes(skey, "staged key") || PyBytes_AsStringAndSize(skey, &sk, &skn) < 0) return -1;
+        if (sval != Py_None && (need_bytes(sval, "staged value") || PyBytes_AsStringAndSize(sval, &sv, &svn) < 0))
+            return -1;
+        if (k != NULL) {
+            int c = cmp_keys(sk, skn, k, kn);
+            if (c > 0) break;
+            *same = c == 0;
+        }
+        (*si)++;
+        if (skn != w->row_len) return 1;
+        if (sval != Py_None) {
+            int r = append_item(w, get_be64(sk + w->key_len), sv, svn, sval);
+            if (r) return r;
+        }
+        if (*same) break;
+    }
+    return 0;
+}
+
 static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (want_args(nargs, 8, "window_items")) return NULL;
-    PyObject *cursor = args[0], *wkey = args[1], *kv_type = args[5], *decode = args[6];
+    if (want_args(nargs, 9, "window_items")) return NULL;
+    PyObject *cursor = args[0], *wkey = args[1], *kv_type = args[5], *decode = args[6], *staged = args[8];
     long long t_from = PyLong_AsLongLong(args[2]);
     if (t_from == -1 && PyErr_Occurred()) return NULL;
     long long t_to = PyLong_AsLongLong(args[3]);
@@ -401,6 +484,10 @@ static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize
     }
     if (decode != Py_None && !PyCallable_Check(decode)) {
         PyErr_SetString(PyExc_TypeError, "decode must be None or callable");
+        return NULL;
+    }
+    if (staged != Py_None && !PyList_Check(staged)) {
+        PyErr_SetString(PyExc_TypeError, "staged must be None or a list");
         return NULL;
     }
     allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)kv_type, Py_tp_alloc);
@@ -435,13 +522,14 @@ static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize
     Py_INCREF(m_next);
     PyObject *found = PyObject_CallFunctionObjArgs(d_set_range, cursor, lo, NULL);
     Py_DECREF(lo);
-    PyObject *out = NULL;
-    int general = 0;
+    struct wctx w = {NULL, kv_type, decode, alloc, key_len, row_len, limit};
+    Py_ssize_t si = 0; /* the next staged row */
+    int r = 0, same = 0;
     int more = found == NULL ? -1 : PyObject_IsTrue(found);
     Py_XDECREF(found);
     if (more < 0) goto error;
-    out = PyList_New(0);
-    if (out == NULL || !more) goto done;
+    w.out = PyList_New(0);
+    if (w.out == NULL) goto error;
     while (more) {
         PyObject *key = PyObject_CallFunctionObjArgs(m_key, cursor, NULL);
         if (key == NULL) goto error;
@@ -451,84 +539,65 @@ static PyObject *py_window_items(PyObject *self, PyObject *const *args, Py_ssize
             Py_DECREF(key);
             goto error;
         }
-        /* key > hi ends the range (bytes order: memcmp, then the shorter first) */
-        Py_ssize_t m = kn < hn ? kn : hn;
-        int c = memcmp(k, hp, (size_t)m);
-        if (c > 0 || (c == 0 && kn > hn)) {
+        if (cmp_keys(k, kn, hp, hn) > 0) { /* past hi: the range ends */
             Py_DECREF(key);
             break;
         }
-        if (kn != row_len || PyList_Size(out) >= limit) {
+        if (kn != row_len) {
             Py_DECREF(key);
-            general = 1;
+            r = 1;
             break;
         }
-        PyObject *stored = PyObject_CallFunctionObjArgs(m_value, cursor, NULL);
-        if (stored == NULL || need_bytes(stored, "value") || PyBytes_AsStringAndSize(stored, &v, &vn) < 0) {
-            Py_XDECREF(stored);
+        r = merge_staged(&w, staged, &si, k, kn, &same);
+        if (r != 0 || same) { /* the general path, an error, or a staged row replaced it */
             Py_DECREF(key);
-            goto error;
-        }
-        if (sealed) {
-            const char *bad = vn < 4 ? "value shorter than its 4-byte checksum"
-                              : get_le32(v + vn - 4) != entry_crc(k, kn, v, vn - 4) ? "checksum mismatch"
-                                                                                      : NULL;
-            if (bad != NULL) {
-                fail(key, bad);
-                Py_DECREF(stored);
+            if (r) break;
+            same = 0;
+        } else {
+            PyObject *stored = PyObject_CallFunctionObjArgs(m_value, cursor, NULL);
+            if (stored == NULL || need_bytes(stored, "value") || PyBytes_AsStringAndSize(stored, &v, &vn) < 0) {
+                Py_XDECREF(stored);
                 Py_DECREF(key);
                 goto error;
             }
-            vn -= 4;
-        }
-        long long start = get_be64(k + key_len);
-        Py_DECREF(key);
-        PyObject *value;
-        if (decode == Py_None) {
-            value = PyUnicode_DecodeUTF8(v, vn, NULL);
-            Py_DECREF(stored);
-            if (value == NULL) {
-                if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                    PyErr_Clear();
-                    general = 1;
-                    break;
-                }
-                goto error;
-            }
-        } else {
-            PyObject *raw = stored;
             if (sealed) {
-                raw = PyBytes_FromStringAndSize(v, vn);
-                Py_DECREF(stored);
-                if (raw == NULL) goto error;
+                const char *bad = vn < 4 ? "value shorter than its 4-byte checksum"
+                                  : get_le32(v + vn - 4) != entry_crc(k, kn, v, vn - 4) ? "checksum mismatch"
+                                                                                          : NULL;
+                if (bad != NULL) {
+                    fail(key, bad);
+                    Py_DECREF(stored);
+                    Py_DECREF(key);
+                    goto error;
+                }
+                vn -= 4;
             }
-            value = PyObject_CallFunctionObjArgs(decode, raw, NULL);
-            Py_DECREF(raw);
-            if (value == NULL) goto error;
+            long long start = get_be64(k + key_len);
+            Py_DECREF(key);
+            r = append_item(&w, start, v, vn, sealed ? NULL : stored);
+            Py_DECREF(stored);
+            if (r) break;
         }
-        PyObject *pair = make_pair(kv_type, alloc, start, value);
-        if (pair == NULL) goto error;
-        int rc = PyList_Append(out, pair);
-        Py_DECREF(pair);
-        if (rc < 0) goto error;
         PyObject *next = PyObject_CallFunctionObjArgs(m_next, cursor, NULL);
         if (next == NULL) goto error;
         more = PyObject_IsTrue(next);
         Py_DECREF(next);
         if (more < 0) goto error;
     }
-    if (general) {
-        Py_DECREF(out);
+    if (r == 0) r = merge_staged(&w, staged, &si, NULL, 0, &same); /* staged rows after the last */
+    if (r < 0) goto error;
+    if (r > 0) {
+        Py_DECREF(w.out);
         Py_INCREF(Py_None);
-        out = Py_None;
+        w.out = Py_None;
     }
 done:
     Py_DECREF(m_key);
     Py_DECREF(m_value);
     Py_DECREF(m_next);
-    return out;
+    return w.out;
 error:
-    Py_CLEAR(out);
+    Py_CLEAR(w.out);
     goto done;
 }
 
@@ -547,7 +616,7 @@ static PyMethodDef methods[] = {
      "(tests compare both implementations)"},
     {"hardware", py_hardware, METH_NOARGS, "hardware() -> whether the CPU instruction is used"},
     {"window_items", (PyCFunction)(void (*)(void))py_window_items, METH_FASTCALL,
-     "window_items(cursor, key, time_from, time_to, limit, kv_type, decode, sealed) -> the KeyValue "
+     "window_items(cursor, key, time_from, time_to, limit, kv_type, decode, sealed, staged) -> the KeyValue "
      "pairs of a short single-key window fetch, or None for the general path"},
     {NULL, NULL, 0, NULL},
 };

@@ -19,5 +19,6 @@ def window_items(
     kv_type: type,
     decode: Any,
     sealed: bool,
+    staged: list[Any] | None,
     /,
 ) -> list[Any] | None: ...

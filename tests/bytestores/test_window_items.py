@@ -49,7 +49,7 @@ def fill(cursor: Any, rows: dict[bytes, bytes], sealed: bool = True) -> None:
 
 def fetch(cursor: Any, key: bytes, t0: int, t1: int, **kw: Any) -> list[Any] | None:
     limit, decode, sealed = kw.get("limit", 64), kw.get("decode"), kw.get("sealed", True)
-    out = window_items(cursor, key, t0, t1, limit, KeyValue, decode, sealed)
+    out = window_items(cursor, key, t0, t1, limit, KeyValue, decode, sealed, kw.get("staged"))
     assert out is None or all(type(kv) is KeyValue for kv in out)
     return out
 
@@ -75,6 +75,26 @@ def test_reads_one_keys_windows_in_range(cursor: Any) -> None:
         (20, b"v20"),
         (20, "dup \u00e9".encode()),
         (30, b"v30"),
+    ]
+
+
+def test_staged_rows_are_merged_in(cursor: Any) -> None:
+    fill(cursor, {row(b"k", t): f"c{t}".encode() for t in (10, 20, 30)})
+    staged = [
+        (row(b"k", 5), b"s5"),  # before every committed row
+        (row(b"k", 20), None),  # a delete of a committed row
+        (row(b"k", 25), b"s25"),  # between two
+        (row(b"k", 30), b"s30"),  # an overwrite
+        (row(b"k", 40), b"s40"),  # after the last
+    ]
+    got = fetch(cursor, b"k", 0, 100, staged=staged)
+    assert got == [(5, "s5"), (10, "c10"), (25, "s25"), (30, "s30"), (40, "s40")]
+    as_bytes = fetch(cursor, b"k", 0, 100, staged=staged, decode=bytes)
+    assert as_bytes is not None and as_bytes[-1] == (40, b"s40")
+    assert fetch(cursor, b"k", 0, 100, staged=staged, limit=4) is None
+    assert fetch(cursor, b"k", 0, 100, staged=[(row(b"k\x00", 1), b"x")]) is None
+    assert fetch(cursor, b"q", 0, 100, staged=[(row(b"q", 7), b"only staged")]) == [
+        (7, "only staged")
     ]
 
 
@@ -123,14 +143,16 @@ def test_decoder_errors_propagate(cursor: Any) -> None:
 
 def test_bad_arguments_are_type_errors(cursor: Any) -> None:
     with pytest.raises(TypeError, match="tuple subclass"):
-        window_items(cursor, b"k", 0, 9, 64, dict, None, True)
+        window_items(cursor, b"k", 0, 9, 64, dict, None, True, None)
     with pytest.raises(TypeError, match="callable"):
-        window_items(cursor, b"k", 0, 9, 64, KeyValue, 3, True)
+        window_items(cursor, b"k", 0, 9, 64, KeyValue, 3, True, None)
     with pytest.raises(TypeError, match="bytes"):
-        window_items(cursor, "k", 0, 9, 64, KeyValue, None, True)  # type: ignore[arg-type]
+        window_items(cursor, "k", 0, 9, 64, KeyValue, None, True, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="too long"):
-        window_items(cursor, b"k" * 2000, 0, 9, 64, KeyValue, None, True)
-    with pytest.raises(TypeError, match="8 arguments"):
+        window_items(cursor, b"k" * 2000, 0, 9, 64, KeyValue, None, True, None)
+    with pytest.raises(TypeError, match="a list"):
+        window_items(cursor, b"k", 0, 9, 64, KeyValue, None, True, ())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="9 arguments"):
         window_items(cursor, b"k", 0)  # type: ignore[call-arg]
 
 
@@ -189,17 +211,24 @@ def test_steady_state_fetches_take_the_c_reader(
         with w.fetch("kk", 50, 100) as it:  # one segment
             assert [kv.key for kv in it] == [100]
         assert len(calls) == 4
-        w.put("kk", value, 200)  # staged: the overlay merge path, not the C reader
+        w.put("kk", value, 200)  # staged: merged in by the C reader
         with w.fetch("kk", 0, 10**6) as it:
-            assert [kv.key for kv in it] == [0, 100, 200, 70_000]
-        assert len(calls) == 4
-        with w.fetch("z", 0, 10**6) as it:  # nothing staged for this key: the C reader
-            assert list(it) == first
+            staged = list(it)
+        assert [kv.key for kv in staged] == [0, 100, 200, 70_000]
+        assert [kv.value for kv in staged] == [value] * 4
         assert len(calls) == 6
-        w.put("z", None, 100)  # a staged delete is merged too
+        with w.fetch("z", 0, 10**6) as it:  # nothing staged for this key
+            assert list(it) == first
+        assert len(calls) == 8
+        w.put("z", None, 100)  # a staged delete hides the committed window
+        w.put("z", value, 0)  # a staged overwrite replaces it
         with w.fetch("z", 0, 10**6) as it:
             assert [kv.key for kv in it] == [0, 70_000]
-        assert len(calls) == 6
+        assert len(calls) == 10
+        w.put("z\x00", value, 5)  # a staged row of a longer key between the bounds
+        with w.fetch("z", 0, 10**6) as it:  # hands over to the Python merge
+            assert [kv.key for kv in it] == [0, 70_000]
+        assert len(calls) == 11
 
 
 def test_damage_found_by_the_c_reader_names_the_database(tmp_path: Path) -> None:

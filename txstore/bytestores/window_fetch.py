@@ -1,14 +1,14 @@
 """The single-key fetch of a window store's writer, read in one go: the two fast paths of
 :class:`~txstore.bytestores.segments.SegmentedBytesStore` (a mixin, :class:`WindowFetches`).
 
-:meth:`WindowFetches.fetch_window_items` is the shortest: when nothing is staged for the
-key's windows in the segments a fetch reads (no overlay merge), it hands the writer's LMDB
-cursor of each segment to the C function :func:`txstore._checksums.window_items`, which seeks,
-reads the rows up to the upper bound, checks and strips their checksums, reads each window
-start and decodes each value (UTF-8 text, or the caller's decoder) into ``KeyValue`` pairs: one
-call per segment, no Python object per row but the pairs returned. Anything else (a segment in
-another format, another key's row between the bounds, a reverse fetch, writes of the key's
-windows staged in the overlay, a spilled overlay or a staged segment drop) goes through
+:meth:`WindowFetches.fetch_window_items` is the shortest: it hands the writer's LMDB cursor of
+each segment a fetch reads to the C function :func:`txstore._checksums.window_items`, which
+seeks, reads the rows up to the upper bound, checks and strips their checksums, merges in the
+writes staged for the key's windows (none usually: the overlay's index is bisected once, and
+an empty overlay is not looked at), reads each window start and decodes each value (UTF-8
+text, or the caller's decoder) into ``KeyValue`` pairs: one call per segment, no Python object
+per row but the pairs returned. Anything else (a segment in another format, another key's row
+between the bounds, a reverse fetch, a spilled overlay or a staged segment drop) goes through
 :meth:`WindowFetches.fetch_window_rows`, which merges the overlay and returns the rows for the
 typed layer to decode. ``docs/performance.md`` ("Window fetches") has the measurements.
 """
@@ -86,16 +86,18 @@ class WindowFetches(SegmentedReads):
                 if cur is None or seg.fmt is not self.format:  # no cursor yet, or to convert
                     return self._rows(key, time_from, time_to, reverse)
                 ov = seg.ov
+                staged = None
                 if ov is not None and (ov.mem or ov.layered):  # writes staged in the segment:
-                    lo = key + _pack_qi(actual_from, 0)  # any of this key's windows?
-                    hi = key + _pack_qi(time_to, INT_MAX)
-                    if ov.read_small(lo, hi, 1) != []:  # yes (or spilled, dropped): merge
+                    lo = key + _pack_qi(actual_from, 0)  # those of this key's windows, merged
+                    hi = key + _pack_qi(time_to, INT_MAX)  # in C (one bisection of the index)
+                    staged = ov.read_small(lo, hi, SMALL_READ_LIMIT)
+                    if staged is None:  # spilled, a drop staged, or many: the general merge
                         read = self._window_rows(first, last, lo, hi, False)
                         return None if read is None else (read[0], read[1], False)
                 try:
                     items = window_items(
                         cur, key, actual_from, time_to, SMALL_READ_LIMIT, KeyValue, decode,
-                        p.checksums,
+                        p.checksums, staged or None,
                     )  # fmt: skip
                 except ChecksumError as exc:
                     raise p.damaged(seg.db, exc) from None
