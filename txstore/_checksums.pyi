@@ -22,3 +22,16 @@ def window_items(
     staged: list[Any] | None,
     /,
 ) -> list[Any] | None: ...
+def session_items(
+    cursor: Any,
+    key: bytes,
+    end_from: int,
+    start_to: int,
+    limit: int,
+    kv_type: type,
+    make: Any,
+    key_obj: Any,
+    decode: Any,
+    sealed: bool,
+    /,
+) -> list[Any] | None: ...

@@ -92,7 +92,8 @@ def test_staged_rows_are_merged_in(cursor: Any) -> None:
     as_bytes = fetch(cursor, b"k", 0, 100, staged=staged, decode=bytes)
     assert as_bytes is not None and as_bytes[-1] == (40, b"s40")
     assert fetch(cursor, b"k", 0, 100, staged=staged, limit=4) is None
-    assert fetch(cursor, b"k", 0, 100, staged=[(row(b"k\x00", 1), b"x")]) is None
+    committed = fetch(cursor, b"k", 0, 100)  # another key's staged row: skipped
+    assert fetch(cursor, b"k", 0, 100, staged=[(row(b"k\x00", 1), b"x")]) == committed
     assert fetch(cursor, b"q", 0, 100, staged=[(row(b"q", 7), b"only staged")]) == [
         (7, "only staged")
     ]
@@ -106,11 +107,11 @@ def test_unsealed_values_are_returned_whole(cursor: Any) -> None:
 @pytest.mark.parametrize(
     ("rows", "kw"),
     [
-        ({row(b"a", 1): b"x", row(b"a\x00", 0): b"longer key"}, {}),  # a longer key in range
+        ({row(b"a", 1): b"x", row(b"a\x00", 0): b"o", row(b"a\x00", 0, 1): b"o"}, {"limit": 1}),
         ({row(b"a", t): b"x" for t in range(5)}, {"limit": 4}),  # more rows than the limit
         ({row(b"a", 1): b"\xc0 not utf-8"}, {}),  # the serde's error comes from the general path
     ],
-    ids=["longer-key", "over-limit", "not-utf8"],
+    ids=["other-keys-over-limit", "over-limit", "not-utf8"],
 )
 def test_hands_over_to_the_general_path(cursor: Any, rows: dict[bytes, bytes], kw: Any) -> None:
     fill(cursor, rows)
@@ -200,34 +201,35 @@ def test_steady_state_fetches_take_the_c_reader(
             with w.fetch(key, 0, 10**6) as it:  # opens the writer's cursors if not yet
                 list(it)
         calls.clear()
-        with w.fetch("k", 0, 10**6) as it:  # the C reader sees "kk" among the rows: hands over
+        with w.fetch("k", 0, 10**6) as it:  # "k\x00"'s rows between the bounds: skipped in C
             first = list(it)
-        assert len(calls) == 1
-        with w.fetch("kk", 0, 10**6) as it:  # no longer key in range: read in C
+        assert len(calls) == 2  # one call per segment
+        with w.fetch("kk", 0, 10**6) as it:
             assert list(it) == first
-        assert len(calls) == 3  # one call per segment
+        assert len(calls) == 4
         assert [kv.key for kv in first] == [0, 100, 70_000]
         assert [kv.value for kv in first] == [value] * 3
         with w.fetch("kk", 50, 100) as it:  # one segment
             assert [kv.key for kv in it] == [100]
-        assert len(calls) == 4
+        assert len(calls) == 5
         w.put("kk", value, 200)  # staged: merged in by the C reader
         with w.fetch("kk", 0, 10**6) as it:
             staged = list(it)
         assert [kv.key for kv in staged] == [0, 100, 200, 70_000]
         assert [kv.value for kv in staged] == [value] * 4
-        assert len(calls) == 6
+        assert len(calls) == 7
         with w.fetch("z", 0, 10**6) as it:  # nothing staged for this key
             assert list(it) == first
-        assert len(calls) == 8
+        assert len(calls) == 9
         w.put("z", None, 100)  # a staged delete hides the committed window
         w.put("z", value, 0)  # a staged overwrite replaces it
+        w.put("z\x00", value, 5)  # a staged row of a longer key between the bounds: skipped
         with w.fetch("z", 0, 10**6) as it:
             assert [kv.key for kv in it] == [0, 70_000]
-        assert len(calls) == 10
-        w.put("z\x00", value, 5)  # a staged row of a longer key between the bounds
-        with w.fetch("z", 0, 10**6) as it:  # hands over to the Python merge
-            assert [kv.key for kv in it] == [0, 70_000]
+        assert len(calls) == 11
+        w.put("k", value, 7)  # on a store with a commit pending, the same through the merge
+        with w.backward_fetch("k", 0, 10**6) as it:  # (reverse: the Python path)
+            assert [kv.key for kv in it] == [70_000, 100, 7, 0]
         assert len(calls) == 11
 
 

@@ -15,9 +15,10 @@ typed layer to decode. ``docs/performance.md`` ("Window fetches") has the measur
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
-from txstore._checksums import ChecksumError, window_items
+from txstore._checksums import ChecksumError, session_items, window_items
 from txstore.bytestores.segment_reads import (
     INT_MAX,
     SMALL_READ_LIMIT,
@@ -32,6 +33,9 @@ from txstore.errors import StoreClosedError
 from txstore.types import KeyValue
 
 __all__ = ["WindowFetches"]
+
+_pack_qq = struct.Struct(">qq").pack
+_LONG_MAX = 2**63 - 1
 
 
 class WindowFetches(SegmentedReads):
@@ -110,6 +114,61 @@ class WindowFetches(SegmentedReads):
                     out += items
                     cells += [seg.cell] * len(items)
         return ([], [], True) if out is None else (out, cells, True)
+
+    def fetch_session_items(
+        self, key: bytes, earliest_end: int, latest_start: int, make: Any, key_obj: Any, decode: Any
+    ) -> tuple[list[Any], list[list[bool]]] | None:
+        """A single-key session search (session schema only) read in one go, forward:
+        ``(pairs, cells)``, ``KeyValue(make(key_obj, start, end), value)`` for each session of
+        ``key`` ending at or after ``earliest_end`` (and the retention's low end) and starting
+        at or before ``latest_start``, segment by segment and by end, start within one, with
+        the liveness cell of each pair's segment; ``value`` as :meth:`fetch_window_items`
+        decodes it. None: use :meth:`fetch` (the writer's cursor not open yet, a segment in
+        another format, writes of the key's sessions staged, another key's row between the
+        bounds, more than 64 rows, bytes that are not UTF-8). Raises
+        :class:`~txstore.errors.DamagedFileError` for an entry whose checksum does not match,
+        and what ``make`` or ``decode`` raises. O(log n) + O(sessions) per live segment."""
+        if not self.is_open:
+            raise StoreClosedError(self.name)
+        if self.window:
+            return None
+        actual_from = self.observed_stream_time - self.retention + 1
+        if earliest_end > actual_from:
+            actual_from = earliest_end
+        if actual_from < 0:
+            actual_from = 0
+        first = actual_from // self.segment_interval
+        p = self.partition
+        cursors = p.writer_cursors
+        out: list[Any] | None = None
+        cells: list[list[bool]] = []
+        for sid in self._ids:
+            if sid >= first:  # a session ending later may start before latest_start
+                seg = self._live[sid]
+                cur = cursors.get(seg.db)
+                if cur is None or seg.fmt is not self.format:
+                    return None
+                ov = seg.ov
+                if ov is not None and (ov.mem or ov.layered):  # writes staged in the segment:
+                    lo = key + _pack_qq(actual_from, 0)  # any of this key's sessions?
+                    if ov.read_small(lo, key + _pack_qq(_LONG_MAX, latest_start), 1) != []:
+                        return None
+                try:
+                    items = session_items(
+                        cur, key, actual_from, latest_start, SMALL_READ_LIMIT, KeyValue, make,
+                        key_obj, decode, p.checksums,
+                    )  # fmt: skip
+                except ChecksumError as exc:
+                    raise p.damaged(seg.db, exc) from None
+                if items is None:
+                    return None
+                if out is None:
+                    out = items
+                    cells = [seg.cell] * len(items)
+                elif items:
+                    out += items
+                    cells += [seg.cell] * len(items)
+        return ([], []) if out is None else (out, cells)
 
     def _rows(
         self, key: bytes, time_from: int, time_to: int, reverse: bool

@@ -161,7 +161,8 @@ class TypedSegmentedStore(Generic[K, V]):
         # The writer's store reads them as decoded pairs (``fetch_window_items``): values
         # decoded by the C reader itself (None: UTF-8 text) or by this callable.
         self._items_decode: Any = _NO
-        if type(inner) is SegmentedBytesStore:
+        self._items_fast = type(inner) is SegmentedBytesStore
+        if self._items_fast:
             self._items_decode = None if self._utf8_values else self._plain_decode or self._decode
 
     def _key(self, key: K | None, suffix: int) -> bytes:
