@@ -1,16 +1,19 @@
-"""The single-key fetch of a window store's writer, read in one go: the two fast paths of
-:class:`~txstore.bytestores.segments.SegmentedBytesStore` (a mixin, :class:`WindowFetches`).
+"""The single-key reads of a window or session store's writer, read in one go: the fast paths
+of :class:`~txstore.bytestores.segments.SegmentedBytesStore` (a mixin, :class:`WindowFetches`).
 
 :meth:`WindowFetches.fetch_window_items` is the shortest: it hands the writer's LMDB cursor of
 each segment a fetch reads to the C function :func:`txstore._checksums.window_items`, which
-seeks, reads the rows up to the upper bound, checks and strips their checksums, merges in the
-writes staged for the key's windows (none usually: the overlay's index is bisected once, and
-an empty overlay is not looked at), reads each window start and decodes each value (UTF-8
-text, or the caller's decoder) into ``KeyValue`` pairs: one call per segment, no Python object
-per row but the pairs returned. Anything else (a segment in another format, another key's row
-between the bounds, a reverse fetch, a spilled overlay or a staged segment drop) goes through
+seeks, reads the rows up to the upper bound (skipping other keys' rows between the bounds, as
+the general path's filter does), checks and strips their checksums, merges in the writes
+staged for the key's windows (none usually: the overlay's index is bisected once, and an empty
+overlay is not looked at), reads each window start and decodes each value (UTF-8 text, or the
+caller's decoder) into ``KeyValue`` pairs: one call per segment, no Python object per row but
+the pairs returned. Anything else (a segment in another format, a reverse fetch, a spilled
+overlay or a staged segment drop, many rows) goes through
 :meth:`WindowFetches.fetch_window_rows`, which merges the overlay and returns the rows for the
-typed layer to decode. ``docs/performance.md`` ("Window fetches") has the measurements.
+typed layer to decode. :meth:`WindowFetches.fetch_session_items` does the same for a session
+search (:func:`txstore._checksums.session_items`), when nothing of the key is staged.
+``docs/performance.md`` ("Window and session fetches") has the measurements.
 """
 
 from __future__ import annotations
