@@ -166,3 +166,53 @@ def test_damage_found_by_the_c_reader_names_the_database(tmp_path: Path) -> None
         with pytest.raises(DamagedFileError) as err:
             s.find_sessions("k", 0, 100)
         assert err.value.key == b"k" + QQ.pack(7, 5)
+
+
+def test_a_tasks_change_logged_stores_take_the_c_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txstore import Stores
+    from txstore.runtime.task import Task
+
+    calls: list[str] = []
+    for name in ("window_items", "session_items"):
+        real = getattr(window_fetch, name)
+
+        def counting(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(window_fetch, name, counting)
+    task = Task(str(tmp_path / "task"))
+    try:
+        task.window_store(
+            Stores.window_store_builder(
+                Stores.persistent_window_store("w", 120_000, 1_000, False),
+                Serdes.string(),
+                Serdes.long(),
+            )
+        )
+        task.session_store(
+            Stores.session_store_builder(
+                Stores.persistent_session_store("s", 120_000), Serdes.string(), Serdes.string()
+            )
+        )
+        task.initialize()
+        w, s = task.store("w"), task.store("s")
+        for t in (0, 1_000, 2_000):
+            w.put("k", t, t)
+            s.put(Windowed("k", SessionWindow(t, t + 10)), f"s{t}")
+        task.commit(3)
+        for _ in range(2):  # the first reads open the writer's cursor
+            with w.fetch("k", 0, 5_000) as it:
+                assert [(kv.key, kv.value) for kv in it] == [(0, 0), (1_000, 1_000), (2_000, 2_000)]
+            with s.find_sessions("k", 0, 5_000) as it:
+                assert [kv.value for kv in it] == ["s0", "s1000", "s2000"]
+        assert "window_items" in calls and "session_items" in calls
+        calls.clear()
+        w.put("k", 7, 500)  # logged and staged: the C reader merges it
+        with w.fetch("k", 0, 5_000) as it:
+            assert [kv.key for kv in it] == [0, 500, 1_000, 2_000]
+        assert calls == ["window_items"]
+    finally:
+        task.close()

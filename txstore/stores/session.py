@@ -206,11 +206,11 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
                 if not reverse and self._items_fast and self._utf8_keys:
                     # the writer's store, str keys (immutable: one object for every pair)
                     k = args[0] if type(args[0]) is str else self.key_serde.deserialize(kb)
-                    got = inner.fetch_session_items(
+                    got = self._items_reader.fetch_session_items(
                         kb, t0, t1, session_windowed, k, self._items_decode
                     )
                     if got is not None:
-                        return decoded_iterator(got[0], inner, got[1])
+                        return decoded_iterator(got[0], self._items_reader, got[1])
                 return self._iter(inner.fetch(kb, None, t0, t1, reverse=reverse, single_key=True))
             if len(args) == 4:
                 lo, hi = self._bound(args[0], 16), self._bound(args[1], 16)

@@ -49,6 +49,7 @@ from txstore.bytestores.segments import (
     SegmentedBytesStore,
     SegmentedReadCommittedView,
 )
+from txstore.changelog.layer import ChangeLoggingSegmentedBytesStore
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
@@ -157,13 +158,20 @@ class TypedSegmentedStore(Generic[K, V]):
         self._utf8_keys = _is(key_serde, StringSerde)
         # The single-key window fetch reads its rows in one go from the store or its
         # read-committed view (``fetch_window_rows``); other inners take the general path.
-        self._rows_fast = type(inner) in (SegmentedBytesStore, SegmentedReadCommittedView)
-        # The writer's store reads them as decoded pairs (``fetch_window_items``): values
-        # decoded by the C reader itself (None: UTF-8 text) or by this callable.
+        # The writer's store reads them as decoded pairs (``fetch_window_items``) from
+        # ``_items_reader``: the store, or the one a change-logging layer (a task's) wraps and
+        # forwards its reads to; values decoded by the C reader itself (None: UTF-8 text) or by
+        # ``_items_decode``.
+        reader = inner
+        if type(inner) is ChangeLoggingSegmentedBytesStore:
+            reader = inner.inner
+        self._items_fast = type(reader) is SegmentedBytesStore
+        self._items_reader: Any = reader if self._items_fast else None
         self._items_decode: Any = _NO
-        self._items_fast = type(inner) is SegmentedBytesStore
         if self._items_fast:
             self._items_decode = None if self._utf8_values else self._plain_decode or self._decode
+        fast = (SegmentedBytesStore, SegmentedReadCommittedView)
+        self._rows_fast = type(inner) in fast or self._items_fast
 
     def _key(self, key: K | None, suffix: int) -> bytes:
         if key is None:
@@ -445,8 +453,8 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
             time_to = to_millis("time_to", time_to)
         inner: SegmentedBytesStore | SegmentedReadCommittedView = self._inner
         read: tuple[list[Row], list[list[bool]]] | None
-        if self._items_decode is not _NO:  # the writer's store: pairs made in C when it can
-            got = inner.fetch_window_items(  # type: ignore[union-attr]
+        if self._items_fast:  # the writer's store: pairs made in C when it can
+            got = self._items_reader.fetch_window_items(
                 kb, time_from, time_to, reverse, self._items_decode
             )
             if got is None:
@@ -458,7 +466,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
                 kv_it.items_iter = pit
                 kv_it.items = pairs
                 kv_it.cells = live
-                kv_it.store = inner  # type: ignore[assignment]
+                kv_it.store = self._items_reader
                 return kv_it
             else:
                 read = got[0], got[1]
