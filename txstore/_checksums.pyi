@@ -12,3 +12,28 @@ def sort_rows(mapping: dict[bytes, bytes | None], seal: bool, /) -> list[Any]: .
 def crc32c(data: bytes, crc: int = 0, /) -> int: ...
 def set_hardware(on: bool, /) -> bool: ...
 def hardware() -> bool: ...
+def window_items(
+    cursor: Any,
+    key: bytes,
+    time_from: int,
+    time_to: int,
+    limit: int,
+    kv_type: type,
+    decode: Any,
+    sealed: bool,
+    staged: list[Any] | None,
+    /,
+) -> list[Any] | None: ...
+def session_items(
+    cursor: Any,
+    key: bytes,
+    end_from: int,
+    start_to: int,
+    limit: int,
+    kv_type: type,
+    make: Any,
+    key_obj: Any,
+    decode: Any,
+    sealed: bool,
+    /,
+) -> list[Any] | None: ...

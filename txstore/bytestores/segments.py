@@ -45,18 +45,16 @@ from txstore import faults
 from txstore.bytestores.schemas import KeySchema
 from txstore.bytestores.segment_check import check_segment_keys
 from txstore.bytestores.segment_reads import (
-    INT_MAX,
     SMALL_READ_LIMIT,
     RowsIterator,
     Segment,
-    SegmentedReads,
     SegmentIterator,
     _check_key,
     _check_value,
-    _pack_qi,
     read_all,
 )
 from txstore.bytestores.segment_views import SegmentedReadCommittedView
+from txstore.bytestores.window_fetch import WindowFetches
 from txstore.codecs import ValueFormat, segment_id_function, value_converter
 from txstore.engine.base import (
     MAX_KEY_SIZE,
@@ -94,7 +92,7 @@ _log = logging.getLogger("txstore")
 _REG: Final = struct.Struct(">q")
 
 
-class SegmentedBytesStore(SegmentedReads):
+class SegmentedBytesStore(WindowFetches):
     """A segmented store of bytes (see the module docstring).
 
     ``SegmentedBytesStore(name, partition=None, *, schema, retention, segment_interval,
@@ -329,87 +327,6 @@ class SegmentedBytesStore(SegmentedReads):
             convert = value_converter(seg.fmt, self.format)
             rows = [(k, convert(v)) for k, v in rows]
         return rows  # type: ignore[return-value]
-
-    def fetch_window_rows(
-        self, key: bytes, time_from: int, time_to: int, reverse: bool = False
-    ) -> tuple[list[Row], list[list[bool]]] | None:
-        """The fast path of a single-key window fetch (window schema only): every row between
-        ``key || L(max(0, from)) || I(0)`` and ``key || L(to) || I(MAX)`` in one go, in fetch
-        order, with the liveness cell of each row's segment (a parallel list: an iterator over
-        the rows returns none whose cell is empty), or None when a segment holds too many (use
-        :meth:`fetch`).
-
-        The caller keeps the rows whose key is exactly ``len(key) + 12`` bytes long: for them,
-        the byte order already implies the key and, for ``to >= 0``, the time bounds (a row of
-        another length belongs to a longer key starting with ``key``). O(log n) + O(rows)."""
-        if not self.is_open:
-            raise StoreClosedError(self.name)
-        # self._window_bounds(key, time_from, time_to), inlined (one call and a tuple less)
-        actual_from = self.observed_stream_time - self.retention + 1
-        if time_from > actual_from:
-            actual_from = time_from
-        if time_to < actual_from:
-            return [], []
-        if time_to < 0 or not self.window:
-            return None
-        if actual_from < 0:
-            actual_from = 0
-        interval = self.segment_interval
-        first = actual_from // interval
-        last = time_to // interval
-        lo = key + _pack_qi(actual_from, 0)
-        hi = key + _pack_qi(time_to, INT_MAX)
-        out: list[Row] = []
-        cells: list[list[bool]] = []
-        fmt = self.format
-        for sid in reversed(self._ids) if reverse else self._ids:
-            if first <= sid <= last:
-                seg = self._live[sid]
-                ov = seg.ov
-                if seg.fmt is fmt and (ov is None or not ov.layered):
-                    # The common case (nothing to convert, spilled or dropped): committed rows
-                    # forward through the writer's cursor (read_range's loop inlined, checked).
-                    cur = None if reverse else self.partition.writer_cursors.get(seg.db)
-                    if cur is None:
-                        rows, more = self.partition.read_range(
-                            seg.db, lo, hi, reverse, SMALL_READ_LIMIT
-                        )
-                        if more:
-                            return None
-                    else:
-                        rows = []
-                        if cur.set_range(lo):
-                            append = rows.append
-                            room = SMALL_READ_LIMIT
-                            for row in cur:
-                                if row[0] > hi:
-                                    break
-                                if not room:
-                                    return None
-                                room -= 1
-                                append(row)
-                        self.partition.verify_rows(seg.db, rows)
-                    if ov is not None and ov.mem:  # then the staged rows over them
-                        staged = ov.read_small(lo, hi, SMALL_READ_LIMIT)
-                        if staged is None:
-                            return None
-                        if staged:
-                            rows = merge_rows(staged, rows, False)
-                else:
-                    small = self._read_small(sid, lo, hi, reverse)
-                    if small is None:
-                        return None
-                    rows = list(small)
-                if reverse:
-                    rows.reverse()
-                if out:
-                    out += rows
-                else:
-                    out = rows
-                cells += [seg.cell] * len(rows)
-        return out, cells
-
-    # -- writes -------------------------------------------------------------------------------
 
     def put(self, key: bytes, value: bytes | None) -> bool:
         """Write ``value`` (None: delete) under the store key ``key`` if its segment is live;

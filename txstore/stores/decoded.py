@@ -1,5 +1,6 @@
 """Typed iterators over pairs decoded in one go: the short single-key fetches of window and
-session stores (:class:`DecodedIterator`), whose ``next()`` runs in C."""
+session stores (:class:`DecodedIterator`), whose ``next()`` runs in C; and the windowed keys
+those stores return, made from stored bytes (:func:`time_windowed`, :func:`session_windowed`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from txstore.bytestores.segment_reads import SegmentedStoreState
 from txstore.stores.kv import KeyValueIterator
+from txstore.types import SessionWindow, TimeWindow, Windowed
 
-__all__ = ["DecodedIterator", "decoded_iterator"]
+__all__ = ["DecodedIterator", "decoded_iterator", "session_windowed", "time_windowed"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -98,3 +100,60 @@ def decoded_iterator(
     self.cells = cells
     self.store = store
     return self
+
+
+# Windowed keys of stored rows. The window classes are frozen dataclasses whose constructor
+# checks its arguments (``_check_window``) and sets each field through ``object.__setattr__``:
+# about 600 ns for a ``SessionWindow`` or ``TimeWindow`` and 400 for a ``Windowed``. Times read
+# from a stored key are longs already, so a window whose times are in order is made directly
+# through the slots (about 200 ns each; the same object, equal and hashing alike); any other
+# goes through the constructor, which raises as it always did.
+_new_object = object.__new__
+_session_start = vars(SessionWindow)["start"].__set__
+_session_end = vars(SessionWindow)["end"].__set__
+_time_start = vars(TimeWindow)["start"].__set__
+_time_end = vars(TimeWindow)["end"].__set__
+_windowed_key = vars(Windowed)["key"].__set__
+_windowed_window = vars(Windowed)["window"].__set__
+_LONG_MAX = 2**63 - 1
+
+
+def session_windowed(key: Any, start: int, end: int) -> Windowed[Any]:
+    """``Windowed(key, SessionWindow(start, end))`` of a stored session key (``start`` and
+    ``end`` longs). O(1).
+
+    >>> session_windowed("k", 5, 9) == Windowed("k", SessionWindow(5, 9))
+    True
+    """
+    if 0 <= start <= end:
+        window = _new_object(SessionWindow)
+        _session_start(window, start)
+        _session_end(window, end)
+    else:
+        window = SessionWindow(start, end)  # raises
+    out = _new_object(Windowed)
+    _windowed_key(out, key)
+    _windowed_window(out, window)
+    return out
+
+
+def time_windowed(key: Any, start: int, size: int) -> Windowed[Any]:
+    """``Windowed(key, TimeWindow.for_size(start, size))`` of a stored window key (``start``
+    a long, ``size`` > 0). O(1).
+
+    >>> time_windowed("k", 5, 10) == Windowed("k", TimeWindow(5, 15))
+    True
+    """
+    end = start + size
+    if end > _LONG_MAX:
+        end = _LONG_MAX
+    if 0 <= start < end:
+        window = _new_object(TimeWindow)
+        _time_start(window, start)
+        _time_end(window, end)
+    else:
+        window = TimeWindow.for_size(start, size)  # raises
+    out = _new_object(Windowed)
+    _windowed_key(out, key)
+    _windowed_window(out, window)
+    return out

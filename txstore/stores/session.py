@@ -60,6 +60,7 @@ from txstore.errors import (
     SerializationError,
     UnsupportedOperationError,
 )
+from txstore.stores.decoded import session_windowed
 from txstore.stores.kv import KeyValueIterator
 from txstore.stores.stored_errors import stored_bytes_error
 from txstore.stores.window import StoreControl, TypedSegmentedStore, decoded_iterator, to_millis
@@ -71,6 +72,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _QQ = struct.Struct(">qq")
+_new = tuple.__new__
 _LONG_MAX = 2**63 - 1
 _UNSUPPORTED = "This API is not supported by this implementation of SessionStore."
 
@@ -93,12 +95,27 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
         n = len(raw) - 16
         end, start = _QQ.unpack_from(raw, n)
         key: Any = self.key_serde.deserialize(raw[:n])
-        return Windowed(key, SessionWindow(start, end))
+        return session_windowed(key, start, end)
 
     def _iter(self, inner: BytesIterator) -> KeyValueIterator[Windowed[K], V]:
-        if type(inner) is RowsIterator:
-            windowed, decode = self._windowed, self._decode
-            items = [KeyValue(windowed(k), decode(v)) for k, v in inner.rows]
+        if type(inner) is RowsIterator:  # one key's sessions; values are never None
+            decode = self._plain_decode or self._decode
+            items: list[Any]
+            if self._utf8_keys:  # str keys are immutable: one deserialization for all rows
+                unpack, deserialize = _QQ.unpack_from, self.key_serde.deserialize
+                last: bytes | None = None
+                key = None
+                items = []
+                for k, v in inner.rows:
+                    n = len(k) - 16
+                    if k[:n] != last:
+                        last = k[:n]
+                        key = deserialize(last)
+                    end, start = unpack(k, n)
+                    items.append(_new(KeyValue, (session_windowed(key, start, end), decode(v))))
+            else:
+                windowed = self._windowed
+                items = [_new(KeyValue, (windowed(k), decode(v))) for k, v in inner.rows]
             return decoded_iterator(items, inner.store, inner.cells)
         return KeyValueIterator(inner, self._windowed, self._decode)
 
@@ -186,6 +203,14 @@ class ReadOnlySessionStore(TypedSegmentedStore[K, V]):
                 kb = self._key(args[0], 16)
                 t0 = to_millis("earliest_session_end", args[1])
                 t1 = to_millis("latest_session_start", args[2])
+                if not reverse and self._items_fast and self._utf8_keys:
+                    # the writer's store, str keys (immutable: one object for every pair)
+                    k = args[0] if type(args[0]) is str else self.key_serde.deserialize(kb)
+                    got = self._items_reader.fetch_session_items(
+                        kb, t0, t1, session_windowed, k, self._items_decode
+                    )
+                    if got is not None:
+                        return decoded_iterator(got[0], self._items_reader, got[1])
                 return self._iter(inner.fetch(kb, None, t0, t1, reverse=reverse, single_key=True))
             if len(args) == 4:
                 lo, hi = self._bound(args[0], 16), self._bound(args[1], 16)

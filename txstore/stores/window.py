@@ -49,17 +49,18 @@ from txstore.bytestores.segments import (
     SegmentedBytesStore,
     SegmentedReadCommittedView,
 )
+from txstore.changelog.layer import ChangeLoggingSegmentedBytesStore
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
 from txstore.engine.iterators import Row
 from txstore.errors import InvalidArgumentError, InvalidTypeError, SerializationError
-from txstore.stores.decoded import DecodedIterator, decoded_iterator
+from txstore.stores.decoded import DecodedIterator, decoded_iterator, time_windowed
 from txstore.stores.formats import ValueCodec
 from txstore.stores.kv import KeyValueIterator
 from txstore.stores.serdes import Serde, StringSerde
 from txstore.stores.stored_errors import stored_bytes_error
-from txstore.types import KeyValue, TimeWindow, Windowed, check_long
+from txstore.types import KeyValue, Windowed, check_long
 
 __all__ = [
     "DecodedIterator",
@@ -149,7 +150,7 @@ class TypedSegmentedStore(Generic[K, V]):
         self.codec = codec
         self.adapter = adapter
         # The writer's single-key fetch decodes values known not to be None with the serde
-        # itself when they are plain and stored as used (see ``_fast_decode``), and UTF-8
+        # itself when they are plain and stored as used (``_plain_decode``), and UTF-8
         # strings with ``bytes.decode`` (the serde's own conversion, without its call).
         plain = adapter is None and codec.format == ValueFormat.PLAIN
         self._plain_decode: Any = codec.serde.deserialize if plain else None
@@ -157,7 +158,20 @@ class TypedSegmentedStore(Generic[K, V]):
         self._utf8_keys = _is(key_serde, StringSerde)
         # The single-key window fetch reads its rows in one go from the store or its
         # read-committed view (``fetch_window_rows``); other inners take the general path.
-        self._rows_fast = type(inner) in (SegmentedBytesStore, SegmentedReadCommittedView)
+        # The writer's store reads them as decoded pairs (``fetch_window_items``) from
+        # ``_items_reader``: the store, or the one a change-logging layer (a task's) wraps and
+        # forwards its reads to; values decoded by the C reader itself (None: UTF-8 text) or by
+        # ``_items_decode``.
+        reader = inner
+        if type(inner) is ChangeLoggingSegmentedBytesStore:
+            reader = inner.inner
+        self._items_fast = type(reader) is SegmentedBytesStore
+        self._items_reader: Any = reader if self._items_fast else None
+        self._items_decode: Any = _NO
+        if self._items_fast:
+            self._items_decode = None if self._utf8_values else self._plain_decode or self._decode
+        fast = (SegmentedBytesStore, SegmentedReadCommittedView)
+        self._rows_fast = type(inner) in fast or self._items_fast
 
     def _key(self, key: K | None, suffix: int) -> bytes:
         if key is None:
@@ -174,13 +188,6 @@ class TypedSegmentedStore(Generic[K, V]):
 
     def _bound(self, key: K | None, suffix: int) -> bytes | None:
         return None if key is None else self._key(key, suffix)
-
-    @property
-    def _fast_decode(self) -> Any:
-        """``_decode`` for values known not to be None: the serde itself for plain values."""
-        if self.adapter is None and self.codec.format == ValueFormat.PLAIN:
-            return self.codec.serde.deserialize
-        return self._decode
 
     def _decode(self, raw: bytes | None) -> V | None:
         if raw is None:
@@ -345,7 +352,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
         n = len(raw) - 12
         start = _Q.unpack_from(raw, n)[0]
         key: Any = self.key_serde.deserialize(raw[:n])
-        return Windowed(key, TimeWindow.for_size(start, self.window_size))
+        return time_windowed(key, start, self.window_size)
 
     def _single(self, inner: BytesIterator) -> KeyValueIterator[int, V]:
         if type(inner) is RowsIterator:  # its values are never None
@@ -445,7 +452,26 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
             time_from = to_millis("time_from", time_from)
             time_to = to_millis("time_to", time_to)
         inner: SegmentedBytesStore | SegmentedReadCommittedView = self._inner
-        read = inner.fetch_window_rows(kb, time_from, time_to, reverse)
+        read: tuple[list[Row], list[list[bool]]] | None
+        if self._items_fast:  # the writer's store: pairs made in C when it can
+            got = self._items_reader.fetch_window_items(
+                kb, time_from, time_to, reverse, self._items_decode
+            )
+            if got is None:
+                read = None
+            elif got[2]:
+                pairs, live = got[0], got[1]
+                pit = iter(pairs)  # decoded_iterator(pairs, inner, live), inlined
+                kv_it: DecodedIterator[int, V] = DecodedIterator(pit, iter(live))
+                kv_it.items_iter = pit
+                kv_it.items = pairs
+                kv_it.cells = live
+                kv_it.store = self._items_reader
+                return kv_it
+            else:
+                read = got[0], got[1]
+        else:
+            read = inner.fetch_window_rows(kb, time_from, time_to, reverse)
         if read is None:
             return self._single(
                 inner.fetch(kb, None, time_from, time_to, reverse=reverse, single_key=True)
