@@ -319,7 +319,9 @@ class Probe:
         raw.commit = timed_commit
         if kind == KV:
             raw.put_all = self.timed("apply", raw.put_all)
-            # restore_batch applies and commits in one transaction: timed as "commit"
+            # restore_records / restore_batch convert (restore_records: in C), apply and
+            # commit in one transaction: timed as "commit"
+            raw.restore_records = self.timed("commit", raw.restore_records)
             raw.restore_batch = self.timed("commit", raw.restore_batch)
         else:
             raw.restore = self.timed("apply", raw.restore)

@@ -377,10 +377,21 @@ class PartitionBase:
         if self._commits % READER_CHECK_EVERY == 0:
             self.reader_check()
 
-    def commit_rows(self, store: str, writes: Mapping[bytes, list[Row]], offset: int) -> None:
+    def commit_rows(
+        self,
+        store: str,
+        writes: Mapping[bytes, list[Row]],
+        offset: int,
+        *,
+        sealed: bool = False,
+        deletes: Mapping[bytes, list[bytes]] | None = None,
+    ) -> None:
         """Write ``writes`` (for databases of ``store``: rows sorted by key, one per key; a
         ``None`` value deletes) with ``store``'s changelog offset in one transaction, past the
         overlay: the restore path, which has the rows at hand and nothing staged.
+        ``sealed``: the values already carry their checksum trailers when :attr:`checksums`
+        is set (as ``restore_rows`` of :mod:`txstore.engine.checksums` makes them). ``deletes``:
+        keys to delete per database, none of them in its rows; when given, no row deletes.
 
         ``store`` must have nothing staged in the overlay (else
         :class:`~txstore.errors.IllegalStateError`); the offset is checked as by
@@ -393,7 +404,7 @@ class PartitionBase:
             raise IllegalStateError(
                 f"store {store!r} has staged writes: commit or discard them before commit_rows"
             )
-        self._apply_rows(writes, checked)
+        self._apply_rows(writes, checked, sealed, deletes)
         on_commit = getattr(self._stores.get(store), "on_commit", None)
         if on_commit is not None:
             on_commit()
@@ -401,12 +412,21 @@ class PartitionBase:
         if self._commits % READER_CHECK_EVERY == 0:
             self.reader_check()
 
-    def _apply_rows(self, writes: Mapping[bytes, list[Row]], offsets: dict[str, int]) -> None:
-        """:meth:`commit_rows` for an engine without a direct path: through the overlay."""
+    def _apply_rows(
+        self,
+        writes: Mapping[bytes, list[Row]],
+        offsets: dict[str, int],
+        sealed: bool,
+        deletes: Mapping[bytes, list[bytes]] | None,
+    ) -> None:
+        """:meth:`commit_rows` for an engine without a direct path (and without checksums,
+        so ``sealed`` changes nothing): through the overlay."""
         if self.overlay is None:
             raise IllegalStateError("commit_rows needs a transactional partition")
         for db, rows in writes.items():
             self.overlay.db(next(iter(offsets)), db).put_many(rows)
+        for db, keys in (deletes or {}).items():
+            self.overlay.db(next(iter(offsets)), db).put_many([(k, None) for k in keys])
         self._apply(offsets)
         for name in offsets:
             self.overlay.clear_store(name)
