@@ -244,6 +244,228 @@ static PyObject *extract_window_key(PyObject *self, PyObject *raw) { return spli
 
 static PyObject *extract_session_key(PyObject *self, PyObject *raw) { return split_key(self, raw, 1); }
 
+/* ---- value codecs: self is (fallback, PLAIN, TIMESTAMPED, HEADERS, PLAIN_HEADERS) ---- */
+
+/* The format code of fmt (one of the ValueFormat members in self, by identity), else -1. */
+static int fmt_code(PyObject *self, PyObject *fmt) {
+    for (int i = 0; i < 4; i++) {
+        if (PyTuple_GetItem(self, i + 1) == fmt) return i;
+    }
+    return -1;
+}
+
+static PyObject *fallback_of(PyObject *self) { return PyTuple_GetItem(self, 0); }
+
+/* Kafka's zig-zag varint of the int32 v into out (5 bytes of room); returns its size. */
+static Py_ssize_t put_zigzag(char *out, long long v) {
+    unsigned long long u = (unsigned long long)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
+    Py_ssize_t i = 0;
+    while (u > 0x7f) {
+        out[i++] = (char)((u & 0x7f) | 0x80);
+        u >>= 7;
+    }
+    out[i++] = (char)u;
+    return i;
+}
+
+/* encode_varint(value) */
+static PyObject *encode_varint(PyObject *self, PyObject *value) {
+    long long v;
+    if (!small_int(value, -2147483647LL - 1, 2147483647LL, &v)) return call_fallback(fallback_of(self), value);
+    char out[5];
+    return PyBytes_FromStringAndSize(out, put_zigzag(out, v));
+}
+
+/* decode_varint(buf, offset=0): the one- to three-byte varints of bytes at a valid offset */
+static PyObject *decode_varint(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    long long off = 0;
+    char *p;
+    Py_ssize_t n;
+    if ((kwnames == NULL || PyTuple_Size(kwnames) == 0) && (nargs == 1 || nargs == 2) &&
+        PyBytes_CheckExact(args[0]) && (nargs == 1 || small_int(args[1], 0, PY_SSIZE_T_MAX, &off)) &&
+        PyBytes_AsStringAndSize(args[0], &p, &n) == 0) {
+        const unsigned char *b = (const unsigned char *)p + off;
+        Py_ssize_t left = n - (Py_ssize_t)off;
+        unsigned long u = 0;
+        int k = 0;
+        if (left >= 1 && b[0] < 0x80) {
+            u = b[0];
+            k = 1;
+        } else if (left >= 2 && b[1] < 0x80) {
+            u = (b[0] & 0x7fUL) | (unsigned long)b[1] << 7;
+            k = 2;
+        } else if (left >= 3 && b[1] >= 0x80 && b[2] < 0x80) {
+            u = (b[0] & 0x7fUL) | (b[1] & 0x7fUL) << 7 | (unsigned long)b[2] << 14;
+            k = 3;
+        }
+        if (k) {
+            long value = (long)(u >> 1) ^ -(long)(u & 1);
+            return Py_BuildValue("(lL)", value, off + k);
+        }
+    }
+    PyErr_Clear();
+    return slow_call(fallback_of(self), args, nargs, kwnames);
+}
+
+/* split_value(fmt, raw) -> (value, timestamp or None, headers) */
+static PyObject *split_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    char *p;
+    Py_ssize_t n;
+    int f = -1;
+    if ((kwnames == NULL || PyTuple_Size(kwnames) == 0) && nargs == 2 && PyBytes_CheckExact(args[1]) &&
+        (f = fmt_code(self, args[0])) >= 0 && PyBytes_AsStringAndSize(args[1], &p, &n) == 0) {
+        if (f == F_PLAIN) return Py_BuildValue("(OOy#)", args[1], Py_None, "", (Py_ssize_t)0);
+        if (f == F_TIMESTAMPED && n >= 8)
+            return Py_BuildValue("(y#Ly#)", p + 8, n - 8, get_be64(p), "", (Py_ssize_t)0);
+        if ((f == F_HEADERS || f == F_PLAIN_HEADERS) && n >= 1 && !(p[0] & 0x81)) {
+            Py_ssize_t end = (((unsigned char)p[0]) >> 1) + 1;
+            if (f == F_HEADERS && n >= end + 8)
+                return Py_BuildValue("(y#Ly#)", p + end + 8, n - end - 8, get_be64(p + end), p + 1, end - 1);
+            if (f == F_PLAIN_HEADERS && n >= end)
+                return Py_BuildValue("(y#Oy#)", p + end, n - end, Py_None, p + 1, end - 1);
+        }
+    }
+    PyErr_Clear();
+    return slow_call(fallback_of(self), args, nargs, kwnames);
+}
+
+/* The stored value of format f from exact bytes value, ts and exact bytes headers. */
+static PyObject *pack(int f, PyObject *value, long long ts, PyObject *headers) {
+    char *v, *h = NULL;
+    Py_ssize_t vn, hn = 0;
+    if (PyBytes_AsStringAndSize(value, &v, &vn) < 0) return NULL;
+    if (f == F_PLAIN) {
+        Py_INCREF(value);
+        return value;
+    }
+    char hs[5];
+    Py_ssize_t hsn = 0;
+    if (f == F_HEADERS || f == F_PLAIN_HEADERS) {
+        if (headers != NULL && PyBytes_AsStringAndSize(headers, &h, &hn) < 0) return NULL;
+        hsn = put_zigzag(hs, hn); /* no headers (the default): empty ones */
+    }
+    Py_ssize_t tn = (f == F_HEADERS || f == F_TIMESTAMPED) ? 8 : 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, hsn + hn + tn + vn);
+    if (out == NULL) return NULL;
+    char *o = PyBytes_AsString(out);
+    memcpy(o, hs, (size_t)hsn);
+    o += hsn;
+    if (hn) memcpy(o, h, (size_t)hn);
+    o += hn;
+    if (tn) put_be(o, (unsigned long long)ts, 8);
+    memcpy(o + tn, v, (size_t)vn);
+    return out;
+}
+
+/* pack_value(fmt, value, timestamp=-1, headers=b"") / record_to_value(fmt, value, timestamp,
+ * headers), the latter (record = 1) with None for None. */
+static PyObject *pack_common(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int record) {
+    long long ts = -1;
+    int f;
+    if ((kwnames == NULL || PyTuple_Size(kwnames) == 0) && (record ? nargs == 4 : (nargs >= 2 && nargs <= 4))) {
+        if (record && args[1] == Py_None) Py_RETURN_NONE;
+        if ((f = fmt_code(self, args[0])) >= 0 && PyBytes_CheckExact(args[1]) &&
+            (nargs < 3 || small_int(args[2], -9223372036854775807LL - 1, 9223372036854775807LL, &ts)) &&
+            (nargs < 4 || (PyBytes_CheckExact(args[3]) && PyBytes_Size(args[3]) <= 0x3fffffff)))
+            return pack(f, args[1], ts, nargs == 4 ? args[3] : NULL);
+    }
+    return slow_call(fallback_of(self), args, nargs, kwnames);
+}
+
+static PyObject *pack_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return pack_common(self, args, nargs, kwnames, 0);
+}
+
+static PyObject *record_to_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return pack_common(self, args, nargs, kwnames, 1);
+}
+
+static PyMethodDef value_defs[] = {
+    {"encode_varint", encode_varint, METH_O, "encode_varint(value) -> bytes (see txstore.codecs.values)"},
+    {"decode_varint", (PyCFunction)(void (*)(void))decode_varint, METH_FASTCALL | METH_KEYWORDS,
+     "decode_varint(buf, offset=0) -> (value, next_offset) (see txstore.codecs.values)"},
+    {"split_value", (PyCFunction)(void (*)(void))split_value, METH_FASTCALL | METH_KEYWORDS,
+     "split_value(fmt, raw) -> (value, timestamp or None, headers) (see txstore.codecs.values)"},
+    {"pack_value", (PyCFunction)(void (*)(void))pack_value, METH_FASTCALL | METH_KEYWORDS,
+     "pack_value(fmt, value, timestamp=-1, headers=b'') -> bytes (see txstore.codecs.values)"},
+    {"record_to_value", (PyCFunction)(void (*)(void))record_to_value, METH_FASTCALL | METH_KEYWORDS,
+     "record_to_value(fmt, value, timestamp, headers) -> bytes or None (see txstore.codecs.records)"},
+};
+
+/* ---- decode_headers: self is (fallback, Headers, "pairs", EMPTY_HEADERS) ---- */
+
+/* The (key, value) pairs of serialized headers whose sizes are all one-byte varints; NULL
+ * without an error set when they are anything else (the Python function then decides). */
+static PyObject *header_pairs(const unsigned char *p, Py_ssize_t n) {
+    if (p[0] & 0x81) return NULL;
+    Py_ssize_t count = p[0] >> 1, pos = 1;
+    PyObject *items = PyList_New(count);
+    if (items == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (pos >= n || (p[pos] & 0x81)) goto slow;
+        Py_ssize_t end = pos + 1 + (p[pos] >> 1);
+        if (end >= n) goto slow; /* the value's size byte must follow */
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)p + pos + 1, end - pos - 1, NULL), *value;
+        if (key == NULL) goto slow;
+        unsigned char b = p[end];
+        if (b == 1) { /* varint -1: a null value */
+            value = Py_None;
+            Py_INCREF(value);
+            pos = end + 1;
+        } else if (!(b & 0x81) && end + 1 + (b >> 1) <= n) {
+            value = PyBytes_FromStringAndSize((const char *)p + end + 1, b >> 1);
+            pos = end + 1 + (b >> 1);
+        } else {
+            Py_DECREF(key);
+            goto slow;
+        }
+        PyObject *pair = value == NULL ? NULL : PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(key);
+            Py_XDECREF(value);
+            goto slow;
+        }
+        PyTuple_SetItem(pair, 0, key);
+        PyTuple_SetItem(pair, 1, value);
+        PyList_SetItem(items, i, pair);
+    }
+    if (pos == n) return items;
+slow:
+    Py_DECREF(items);
+    PyErr_Clear();
+    return NULL;
+}
+
+static PyObject *decode_headers(PyObject *self, PyObject *buf) {
+    char *p;
+    Py_ssize_t n;
+    PyObject *fallback = PyTuple_GetItem(self, 0);
+    if (fallback == NULL) return NULL;
+    if (PyBytes_CheckExact(buf) && PyBytes_AsStringAndSize(buf, &p, &n) == 0) {
+        if (n == 0) {
+            PyObject *empty = PyTuple_GetItem(self, 3);
+            Py_XINCREF(empty);
+            return empty;
+        }
+        PyObject *items = header_pairs((const unsigned char *)p, n);
+        if (items != NULL) {
+            PyObject *type = PyTuple_GetItem(self, 1);
+            PyObject *h = PyType_GenericNew((PyTypeObject *)type, NULL, NULL);
+            if (h == NULL || PyObject_SetAttr(h, PyTuple_GetItem(self, 2), items) < 0) {
+                Py_XDECREF(h);
+                h = NULL;
+            }
+            Py_DECREF(items);
+            return h;
+        }
+    }
+    PyErr_Clear();
+    return call_fallback(fallback, buf);
+}
+
+static PyMethodDef headers_def = {"decode_headers", decode_headers, METH_O,
+                                  "decode_headers(buf) -> Headers (see txstore.codecs.values)"};
+
 static PyMethodDef convert_def = {"value_converter", convert, METH_O,
                                   "A stored-value conversion (see txstore.codecs.value_converter)"};
 static PyMethodDef segment_def = {"segment_of", segment_id, METH_O,
@@ -320,7 +542,46 @@ static PyObject *py_key_function(PyObject *self, PyObject *const *args, Py_ssize
     return NULL;
 }
 
+static PyObject *py_value_function(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyCallable_Check(args[1]) || !PyTuple_Check(args[2]) ||
+        PyTuple_Size(args[2]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "value_function(name, fallback, (PLAIN, TIMESTAMPED, HEADERS, PLAIN_HEADERS))");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof value_defs / sizeof value_defs[0]; i++) {
+        if (PyUnicode_CompareWithASCIIString(args[0], value_defs[i].ml_name) == 0) {
+            PyObject *f = args[2];
+            PyObject *state = PyTuple_Pack(5, args[1], PyTuple_GetItem(f, 0), PyTuple_GetItem(f, 1),
+                                           PyTuple_GetItem(f, 2), PyTuple_GetItem(f, 3));
+            if (state == NULL) return NULL;
+            PyObject *fn = PyCFunction_NewEx(&value_defs[i], state, NULL);
+            Py_DECREF(state);
+            return fn;
+        }
+    }
+    PyErr_SetString(PyExc_ValueError, "no such value function");
+    return NULL;
+}
+
+static PyObject *py_headers_function(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyCallable_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "headers_function(fallback, Headers, EMPTY_HEADERS)");
+        return NULL;
+    }
+    PyObject *state = Py_BuildValue("(OOsO)", args[0], args[1], "pairs", args[2]);
+    if (state == NULL) return NULL;
+    PyObject *fn = PyCFunction_NewEx(&headers_def, state, NULL);
+    Py_DECREF(state);
+    return fn;
+}
+
 static PyMethodDef methods[] = {
+    {"headers_function", (PyCFunction)(void (*)(void))py_headers_function, METH_FASTCALL,
+     "headers_function(fallback, Headers, EMPTY_HEADERS) -> the C decode_headers"},
+    {"value_function", (PyCFunction)(void (*)(void))py_value_function, METH_FASTCALL,
+     "value_function(name, fallback, formats) -> the C value codec of that name"},
     {"key_function", (PyCFunction)(void (*)(void))py_key_function, METH_FASTCALL,
      "key_function(name, fallback) -> the C window or session key function of that name"},
     {"converter", (PyCFunction)(void (*)(void))py_converter, METH_FASTCALL,

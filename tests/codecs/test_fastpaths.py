@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests import oracle as o
 from txstore import codecs as c
-from txstore.codecs import LONG_MAX, keys
+from txstore.codecs import LONG_MAX, keys, records, values
 from txstore.codecs import ValueFormat as VF
 from txstore.codecs.converters import value_converter
 from txstore.codecs.values import pack_value, split_value
@@ -148,3 +148,85 @@ def test_key_functions_take_buffers_and_keywords_as_the_python_functions_do() ->
     assert cx.window_key(buf, 1, seq=2) == keys._window_key(buf, 1, 2)
     assert cx.extract_window_key(memoryview(c.window_key(b"a", 1, 2))) == (b"a", 1, 2)
     assert c.session_key(key=b"a", start=1, end=2) == keys._session_key(b"a", 1, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(FORMATS),
+    st.binary(max_size=30),
+    st.integers(-LONG_MAX - 1, LONG_MAX),
+    st.binary(max_size=100),
+    st.integers(INT_MIN, 2**31 - 1),
+)
+def test_value_functions_give_what_the_python_functions_give(
+    fmt: VF, value: bytes, ts: int, headers: bytes, n: int
+) -> None:
+    raw = c.pack_value(fmt, value, ts, headers)
+    assert raw == values._pack_value(fmt, value, ts, headers)
+    assert c.pack_value(fmt, value) == values._pack_value(fmt, value)
+    assert c.split_value(fmt, raw) == values._split_value(fmt, raw)
+    assert c.record_to_value(fmt, value, ts, headers) == records._record_to_value(
+        fmt, value, ts, headers
+    )
+    assert c.record_to_value(fmt, None, ts, headers) is None
+    enc = c.encode_varint(n)
+    assert enc == values._encode_varint(n)
+    assert (
+        c.decode_varint(b"x" + enc, 1) == values._decode_varint(b"x" + enc, 1) == (n, len(enc) + 1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda: cx.encode_varint(2**31), InvalidArgumentError),
+        (lambda: cx.encode_varint("1"), InvalidTypeError),
+        (lambda: cx.decode_varint(b"\x80"), SerializationError),
+        (lambda: cx.decode_varint(b"\x00", 1), SerializationError),
+        (lambda: cx.decode_varint("a"), InvalidTypeError),
+        (lambda: cx.split_value(VF.TIMESTAMPED, b"1234567"), SerializationError),
+        (lambda: cx.split_value(VF.HEADERS, b"\x06\x00"), SerializationError),
+        (lambda: cx.split_value(7, b"x"), InvalidArgumentError),
+        (lambda: cx.pack_value(VF.HEADERS, "v", 1, b""), InvalidTypeError),
+        (lambda: cx.pack_value(VF.TIMESTAMPED, b"v", 2**63), InvalidArgumentError),
+        (lambda: cx.record_to_value(VF.HEADERS, b"v", 1, "h"), InvalidTypeError),
+    ],
+)
+def test_value_functions_leave_bad_input_to_the_python_functions(call: Any, error: type) -> None:
+    with pytest.raises(error):
+        call()
+
+
+def test_value_functions_take_other_forms_as_the_python_functions_do() -> None:
+    # plain ints for formats, buffers, keywords, negative offsets: the Python function's answer
+    assert cx.split_value(1, b"\x00" * 8 + b"v") == (b"v", 0, b"")
+    assert cx.pack_value(VF.TIMESTAMPED, bytearray(b"v"), timestamp=3) == bytes(7) + b"\x03v"
+    assert cx.decode_varint(b"\x02\x04", offset=-1) == values._decode_varint(b"\x02\x04", -1)
+    assert cx.split_value(VF.HEADERS, memoryview(b"\x00" + bytes(8))) == (b"", 0, b"")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.text(max_size=70), st.one_of(st.none(), st.binary(max_size=70))),
+        max_size=4,
+    )
+)
+def test_decode_headers_gives_what_the_python_function_gives(
+    pairs: list[tuple[str, bytes | None]],
+) -> None:
+    buf = c.encode_headers(pairs)
+    got = c.decode_headers(buf)
+    assert got == values._decode_headers(buf) and list(got.pairs) == pairs
+    assert c.decode_headers(b"") is values._decode_headers(b"")  # the empty headers
+    assert c.decode_headers(b"\x00").pairs == []  # an explicit count of 0
+
+
+@pytest.mark.parametrize(
+    "bad", [b"\x02", b"\x02\x02a", b"\x02\x02\xff\x00", b"\x02\x02a\x04b", b"\x02\x00\x00\x00"]
+)
+def test_decode_headers_leaves_bad_input_to_the_python_function(bad: bytes) -> None:
+    with pytest.raises(SerializationError):
+        c.decode_headers(bad)
+    with pytest.raises(SerializationError):
+        values._decode_headers(bad)

@@ -8,14 +8,23 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from txstore.codecs._common import _HEADERS, _TIMESTAMPED, ValueFormat, _format, _pack_q
+from txstore._fastpaths import value_function as _value_function
+from txstore.codecs._common import (
+    _HEADERS,
+    _PLAIN,
+    _PLAIN_HEADERS,
+    _TIMESTAMPED,
+    ValueFormat,
+    _format,
+    _pack_q,
+)
 from txstore.codecs.values import _LEN, _join, encode_varint, pack_value
 from txstore.errors import InvalidArgumentError
 
 __all__ = ["record_to_value", "records_to_values"]
 
 
-def record_to_value(
+def _record_to_value(
     fmt: ValueFormat, value: bytes | None, timestamp: int, headers: bytes
 ) -> bytes | None:
     """Record converter: a changelog record (plain value, record timestamp, serialized record
@@ -75,5 +84,11 @@ def records_to_values(
     except (TypeError, struct.error):
         pass  # a bad item: the checked path below names it
     return [
-        record_to_value(fmt, v, t, h) for v, t, h in zip(values, timestamps, headers, strict=True)
+        _record_to_value(fmt, v, t, h) for v, t, h in zip(values, timestamps, headers, strict=True)
     ]
+
+
+#: A C builtin (csrc/fastpaths.c) in front of the Python function: see codecs/values.py.
+record_to_value = _value_function(
+    "record_to_value", _record_to_value, (_PLAIN, _TIMESTAMPED, _HEADERS, _PLAIN_HEADERS)
+)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable
 
+from txstore._fastpaths import headers_function as _headers_function
+from txstore._fastpaths import value_function as _value_function
 from txstore.codecs._common import (
     _HEADERS,
     _PLAIN,
@@ -71,7 +73,7 @@ def _check_int_or_uint(value: object) -> int:
     return value
 
 
-def encode_varint(value: int) -> bytes:
+def _encode_varint(value: int) -> bytes:
     """Kafka's zig-zag ``writeVarint`` of a 32-bit signed int. O(1).
 
     >>> encode_varint(300).hex()
@@ -125,7 +127,7 @@ def decode_unsigned_varint(buf: bytes, offset: int = 0) -> tuple[int, int]:
     raise SerializationError("cannot decode varint: varint is longer than 5 bytes")
 
 
-def decode_varint(buf: bytes, offset: int = 0) -> tuple[int, int]:
+def _decode_varint(buf: bytes, offset: int = 0) -> tuple[int, int]:
     """Read a zig-zag varint at ``offset``; return ``(value, next_offset)``. O(1).
 
     >>> decode_varint(bytes.fromhex("8101"))
@@ -192,7 +194,7 @@ def encode_headers(headers: Headers | Iterable[tuple[str, bytes | None]] | None)
     return b"".join(out)
 
 
-def decode_headers(buf: bytes) -> Headers:
+def _decode_headers(buf: bytes) -> Headers:
     """Parse serialized headers; accepts zero bytes and an explicit count of 0. O(len(buf)).
 
     >>> decode_headers(bytes.fromhex("0402610104626304 0102".replace(" ", "")))
@@ -256,7 +258,7 @@ def decode_headers(buf: bytes) -> Headers:
     return headers
 
 
-def pack_value(fmt: ValueFormat, value: bytes, timestamp: int = -1, headers: bytes = b"") -> bytes:
+def _pack_value(fmt: ValueFormat, value: bytes, timestamp: int = -1, headers: bytes = b"") -> bytes:
     """Build a stored value of format ``fmt`` from serialized parts. O(len(value)).
 
     ``headers`` is already-serialized headers (see :func:`encode_headers`); it is ignored by
@@ -301,7 +303,7 @@ def _pack_value_checked(fmt: ValueFormat, value: bytes, timestamp: int, headers:
     return hsize + headers + value
 
 
-def split_value(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | None, bytes]:
+def _split_value(fmt: ValueFormat, raw: bytes) -> tuple[bytes, int | None, bytes]:
     """Split a stored value into ``(value, timestamp or None, serialized headers)``. O(n).
 
     >>> split_value(ValueFormat.TIMESTAMPED, bytes.fromhex("00000000000003e8") + b"val")
@@ -372,3 +374,14 @@ def _headers_end(raw: bytes) -> int:
             if not u & 1:  # not negative
                 return (u >> 1) + 2
     return len(raw) + 1
+
+
+# The public single-value codecs are C builtins (csrc/fastpaths.c), cheaper to call than any
+# Python function, each in front of the Python function above: C takes exact bytes and ints in
+# range (one-byte headers sizes), the Python function everything else, or raises the typed error.
+_FORMATS = (_PLAIN, _TIMESTAMPED, _HEADERS, _PLAIN_HEADERS)
+encode_varint = _value_function("encode_varint", _encode_varint, _FORMATS)
+decode_varint = _value_function("decode_varint", _decode_varint, _FORMATS)
+pack_value = _value_function("pack_value", _pack_value, _FORMATS)
+split_value = _value_function("split_value", _split_value, _FORMATS)
+decode_headers = _headers_function(_decode_headers, Headers, EMPTY_HEADERS)
