@@ -4,21 +4,25 @@
  *
  * Input: the chunk's columns as the changelog decodes them (keys, values with None for a
  * tombstone, record timestamps, serialized record headers), the store's value format and
- * whether the partition seals its values with a CRC32C trailer. Output: (puts, deletes), the
- * last record of each key only (the changelog's order decides: a later record wins), sorted
- * by key (unsigned bytewise, a shorter prefix first: LMDB's default order):
+ * whether the partition seals its values with a CRC32C trailer. Output: (keys, stored,
+ * deletes), the last record of each key only (the changelog's order decides: a later record
+ * wins), sorted by key (unsigned bytewise, a shorter prefix first: LMDB's default order):
  *
- *   puts    - a list of (key, stored value) tuples, each value converted from the record
- *             (Kafka's record converters: [ts 8 BE][value] for TIMESTAMPED, [varint hsize]
- *             [headers][ts 8 BE][value] for HEADERS, [varint hsize][headers][value] for
- *             PLAIN_HEADERS, the value for PLAIN) and, when sealing, followed by
- *             LE32(crc32c(key || converted value)) (docs/formats.md, "Entry checksums");
- *   deletes - a list of the keys whose last record is a tombstone.
+ *   keys    - the keys whose last record is a value, sorted;
+ *   stored  - their stored values, each converted from the record (Kafka's record
+ *             converters: [ts 8 BE][value] for TIMESTAMPED, [varint hsize][headers][ts 8 BE]
+ *             [value] for HEADERS, [varint hsize][headers][value] for PLAIN_HEADERS, the value
+ *             for PLAIN) and, when sealing, followed by LE32(crc32c(key || converted value))
+ *             (docs/formats.md, "Entry checksums");
+ *   deletes - the keys whose last record is a tombstone, sorted.
  *
- * The key objects are the input's (no copy); one bytes object and one tuple per live key are
- * made, nothing per overwritten record. Sorting: an LSD radix sort of (first 8 key bytes as a
- * big-endian integer, record index), skipping the byte positions where every key agrees, then
- * each run of equal 8-byte prefixes ordered by the rest of the key and the index.
+ * The key objects are the input's (no copy); one bytes object per live key is made, nothing
+ * per overwritten record, and no tuple (LMDB's putmulti takes zip(keys, stored), which reuses
+ * one): a tuple per row cost its allocation and, above all, the garbage collector's passes
+ * that 100,000 container allocations per chunk set off. Sorting: an LSD radix sort of (first
+ * 8 key bytes as a big-endian integer, record index), skipping the byte positions where every
+ * key agrees, then each run of equal 8-byte prefixes ordered by the rest of the key and the
+ * index.
  *
  * Every item of every column is checked (keys: bytes of 1 to max_key bytes; values: bytes or
  * None; timestamps: int in the signed 64-bit range, when the format has one; headers: bytes,
@@ -270,9 +274,9 @@ static int load(scratch_t *s, PyObject *keys, PyObject *values, PyObject *stamps
     return 1;
 }
 
-/* Build (puts, deletes) from the sorted items: the last record of each key. Keys are read
- * in sorted order, so all over memory: the key and value objects a few items ahead are
- * prefetched. */
+/* Build (keys, stored values, deletes) from the sorted items: the last record of each key.
+ * Keys are read in sorted order, so all over memory: the key and value objects a few items
+ * ahead are prefetched. */
 static PyObject *emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int seal) {
     Py_ssize_t nput = 0, ndel = 0;
     item_t *it = s->items;
@@ -284,8 +288,8 @@ static PyObject *emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int s
         if (it[i].dead) ndel++;
         else nput++;
     }
-    PyObject *puts = PyList_New(nput), *dels = PyList_New(ndel);
-    if (puts == NULL || dels == NULL) goto fail;
+    PyObject *out_keys = PyList_New(nput), *out_values = PyList_New(nput), *dels = PyList_New(ndel);
+    if (out_keys == NULL || out_values == NULL || dels == NULL) goto fail;
     Py_ssize_t ip = 0, id = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + PREFETCH < n && it[i + PREFETCH].idx != UINT32_MAX) {
@@ -298,8 +302,6 @@ static PyObject *emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int s
         }
         uint32_t idx = it[i].idx;
         if (idx == UINT32_MAX) continue;
-        /* A copy of the key, not the input's object: LMDB then reads keys and values from
-         * objects made one after the other, not from all over the chunk's memory. */
         PyObject *key = PyList_GetItem(keys, idx);
         Py_INCREF(key);
         if (it[i].dead) {
@@ -308,24 +310,22 @@ static PyObject *emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int s
         }
         PyObject *sv = stored_value(s->k[idx], s->len[idx], s->v[idx], s->vlen[idx], fmt, s->ts ? s->ts[idx] : 0,
                                     s->h ? s->h[idx] : NULL, s->hlen ? s->hlen[idx] : 0, seal);
-        PyObject *row = sv == NULL ? NULL : PyTuple_New(2);
-        if (row == NULL) {
+        if (sv == NULL) {
             Py_DECREF(key);
-            Py_XDECREF(sv);
             goto fail;
         }
-        PyTuple_SetItem(row, 0, key); /* steal */
-        PyTuple_SetItem(row, 1, sv);
-        PyObject_GC_UnTrack(row); /* two bytes objects: no cycle through it */
-        PyList_SetItem(puts, ip++, row);
+        PyList_SetItem(out_keys, ip, key); /* steal */
+        PyList_SetItem(out_values, ip++, sv);
     }
-    PyObject *res = PyTuple_New(2);
+    PyObject *res = PyTuple_New(3);
     if (res == NULL) goto fail;
-    PyTuple_SetItem(res, 0, puts);
-    PyTuple_SetItem(res, 1, dels);
+    PyTuple_SetItem(res, 0, out_keys);
+    PyTuple_SetItem(res, 1, out_values);
+    PyTuple_SetItem(res, 2, dels);
     return res;
 fail:
-    Py_XDECREF(puts);
+    Py_XDECREF(out_keys);
+    Py_XDECREF(out_values);
     Py_XDECREF(dels);
     return NULL;
 }

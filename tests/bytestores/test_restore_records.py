@@ -71,13 +71,15 @@ def test_rows_come_back_sorted_deduplicated_and_sealed() -> None:
     keys, values, stamps, headers = records(7, 5000)
     for fmt in FORMATS:
         for seal in (False, True):
-            puts, deletes = restore_rows(keys, values, stamps, headers, int(fmt), seal, 511)
+            ordered, stored, deletes = restore_rows(
+                keys, values, stamps, headers, int(fmt), seal, 511
+            )
             latest = dict(zip(keys, records_to_values(fmt, values, stamps, headers), strict=True))
-            assert [k for k, _ in puts] == sorted(k for k, v in latest.items() if v is not None)
+            assert ordered == sorted(k for k, v in latest.items() if v is not None)
             assert deletes == sorted(k for k, v in latest.items() if v is None)
-            got = {k: unseal(k, v) if seal else v for k, v in puts}
+            got = {k: unseal(k, v) if seal else v for k, v in zip(ordered, stored, strict=True)}
             assert got == {k: v for k, v in latest.items() if v is not None}
-    assert restore_rows([], [], [], [], 2, True, 511) == ([], [])
+    assert restore_rows([], [], [], [], 2, True, 511) == ([], [], [])
 
 
 def test_a_legacy_partition_gets_values_without_trailers(tmp_path: Path) -> None:

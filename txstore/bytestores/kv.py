@@ -387,8 +387,9 @@ class BytesKeyValueStore(_Reads):
         value, record timestamp, serialized record headers) becomes the stored value of
         ``fmt`` as :func:`~txstore.codecs.records_to_values` makes it. One C pass
         (``restore_rows``) keeps the last record of each key, sorts, converts and seals them,
-        making one object per live key and none per overwritten record; the tombstones go to
-        the commit as keys to delete. O(n) plus the sort of the keys' first 8 bytes.
+        making one object per live key and none per overwritten record, and commits the
+        columns (:meth:`~txstore.engine.base.PartitionBase.commit_columns`), the tombstones
+        as keys to delete. O(n) plus the sort of the keys' first 8 bytes.
 
         A bad item (a key that is not bytes of 1 to 511 bytes, a value neither bytes nor
         None, a timestamp or headers the format cannot take) sends the batch through
@@ -398,18 +399,16 @@ class BytesKeyValueStore(_Reads):
         self._check_writable()
         part = self.partition
         try:
-            puts, deletes = restore_rows(
+            ordered, stored, deletes = restore_rows(
                 keys, values, timestamps, headers, int(fmt), part.checksums, MAX_KEY_SIZE
             )
         except (TypeError, ValueError, OverflowError):
-            stored = values
+            converted = values
             if fmt != ValueFormat.PLAIN:
-                stored = records_to_values(fmt, values, timestamps, headers)
-            self.restore_batch(keys, stored, changelog_offset)
+                converted = records_to_values(fmt, values, timestamps, headers)
+            self.restore_batch(keys, converted, changelog_offset)
             return
-        part.commit_rows(
-            self.name, {self.db: puts}, changelog_offset, sealed=True, deletes={self.db: deletes}
-        )
+        part.commit_columns(self.name, self.db, ordered, stored, deletes, changelog_offset)
 
     def delete(self, key: bytes) -> bytes | None:
         """Delete ``key``; returns its previous value or None."""

@@ -377,34 +377,47 @@ class PartitionBase:
         if self._commits % READER_CHECK_EVERY == 0:
             self.reader_check()
 
-    def commit_rows(
-        self,
-        store: str,
-        writes: Mapping[bytes, list[Row]],
-        offset: int,
-        *,
-        sealed: bool = False,
-        deletes: Mapping[bytes, list[bytes]] | None = None,
-    ) -> None:
+    def commit_rows(self, store: str, writes: Mapping[bytes, list[Row]], offset: int) -> None:
         """Write ``writes`` (for databases of ``store``: rows sorted by key, one per key; a
         ``None`` value deletes) with ``store``'s changelog offset in one transaction, past the
         overlay: the restore path, which has the rows at hand and nothing staged.
-        ``sealed``: the values already carry their checksum trailers when :attr:`checksums`
-        is set (as ``restore_rows`` of :mod:`txstore.engine.checksums` makes them). ``deletes``:
-        keys to delete per database, none of them in its rows; when given, no row deletes.
 
         ``store`` must have nothing staged in the overlay (else
         :class:`~txstore.errors.IllegalStateError`); the offset is checked as by
         :meth:`commit_stores`; both before anything is written. Cost: O(rows x log N) plus one
         sync, without the overlay's copy and sort of every row.
         """
+        self._commit_direct(store, offset, lambda checked: self._apply_rows(writes, checked))
+
+    def commit_columns(
+        self,
+        store: str,
+        db: bytes,
+        keys: list[bytes],
+        stored: list[bytes],
+        deletes: list[bytes],
+        offset: int,
+    ) -> None:
+        """:meth:`commit_rows` for rows as columns, as restore's C pass makes them
+        (``restore_rows`` of :mod:`txstore.engine.checksums`): ``keys`` sorted and unique,
+        ``stored[i]`` the value of ``keys[i]`` as stored (with its checksum trailer when
+        :attr:`checksums` is set), and ``deletes`` the keys to delete (none in ``keys``).
+        Checks and cost as :meth:`commit_rows`, without a row tuple per key on LMDB."""
+        self._commit_direct(
+            store, offset, lambda checked: self._apply_columns(db, keys, stored, deletes, checked)
+        )
+
+    def _commit_direct(
+        self, store: str, offset: int, apply: Callable[[dict[str, int]], None]
+    ) -> None:
+        """The checks and bookkeeping of :meth:`commit_rows` around ``apply(offsets)``."""
         checked = self._check_commit({store: offset})
         ov = self.overlay
         if ov is not None and not all(d.is_empty() and not d.dropped for d in ov.dbs(store)):
             raise IllegalStateError(
                 f"store {store!r} has staged writes: commit or discard them before commit_rows"
             )
-        self._apply_rows(writes, checked, sealed, deletes)
+        apply(checked)
         on_commit = getattr(self._stores.get(store), "on_commit", None)
         if on_commit is not None:
             on_commit()
@@ -412,21 +425,26 @@ class PartitionBase:
         if self._commits % READER_CHECK_EVERY == 0:
             self.reader_check()
 
-    def _apply_rows(
+    def _apply_columns(
         self,
-        writes: Mapping[bytes, list[Row]],
+        db: bytes,
+        keys: list[bytes],
+        stored: list[bytes],
+        deletes: list[bytes],
         offsets: dict[str, int],
-        sealed: bool,
-        deletes: Mapping[bytes, list[bytes]] | None,
     ) -> None:
-        """:meth:`commit_rows` for an engine without a direct path (and without checksums,
-        so ``sealed`` changes nothing): through the overlay."""
+        """:meth:`commit_columns` for an engine without a direct path (and without checksums):
+        the rows and the deletes through the overlay."""
+        rows: list[Row] = list(zip(keys, stored, strict=True))
+        rows += [(k, None) for k in deletes]
+        self._apply_rows({db: rows}, offsets)
+
+    def _apply_rows(self, writes: Mapping[bytes, list[Row]], offsets: dict[str, int]) -> None:
+        """:meth:`commit_rows` for an engine without a direct path: through the overlay."""
         if self.overlay is None:
             raise IllegalStateError("commit_rows needs a transactional partition")
         for db, rows in writes.items():
             self.overlay.db(next(iter(offsets)), db).put_many(rows)
-        for db, keys in (deletes or {}).items():
-            self.overlay.db(next(iter(offsets)), db).put_many([(k, None) for k in keys])
         self._apply(offsets)
         for name in offsets:
             self.overlay.clear_store(name)

@@ -136,33 +136,49 @@ class PartitionWrites(PartitionReads):
         write of store data goes through (commits, write-through, upgrades). O(rows)."""
         return seal_rows(rows) if self.checksums else rows
 
-    def _apply_rows(
-        self,
-        writes: Mapping[bytes, list[Row]],
-        offsets: dict[str, int],
-        sealed: bool,
-        deletes: Mapping[bytes, list[bytes]] | None,
-    ) -> None:
-        """:meth:`~txstore.engine.base.PartitionBase.commit_rows` on LMDB: the ``deletes``
-        (skipped in an empty database), then the sorted rows through a write cursor as the
-        overlay's chunks go (``apply_chunks``: append into an empty or lower database,
-        ``putmulti`` otherwise), then the offsets; one transaction."""
+    def _apply_rows(self, writes: Mapping[bytes, list[Row]], offsets: dict[str, int]) -> None:
+        """:meth:`~txstore.engine.base.PartitionBase.commit_rows` on LMDB: the sorted rows go
+        through a write cursor as the overlay's chunks do (``apply_chunks``: append into an
+        empty or lower database, ``putmulti`` otherwise), then the offsets; one transaction."""
         estimate = 256 * sum(map(len, writes.values()))  # only sizes a map grown on MapFull
 
         def fn(txn: Any) -> None:
-            for db, keys in (deletes or {}).items():
-                cur = txn.cursor(self._write_handle(txn, db))
-                if keys and cur.first():
-                    for key in keys:
-                        if cur.set_key(key):
-                            cur.delete()
             for db, rows in writes.items():
                 if rows:
                     apply_chunks(
-                        txn.cursor(self._write_handle(txn, db)),
-                        rows if sealed else self.sealed(rows),
-                        iter(()),
-                        deletes is None,  # given: the rows hold no delete
+                        txn.cursor(self._write_handle(txn, db)), self.sealed(rows), iter(())
+                    )
+            for name, offset in offsets.items():
+                txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=self._meta)
+
+        self._write(fn, False, estimate)
+
+    def _apply_columns(
+        self,
+        db: bytes,
+        keys: list[bytes],
+        stored: list[bytes],
+        deletes: list[bytes],
+        offsets: dict[str, int],
+    ) -> None:
+        """:meth:`~txstore.engine.base.PartitionBase.commit_columns` on LMDB, in one
+        transaction: the deletes (none in an empty database), the rows by one cursor
+        ``putmulti`` over ``zip(keys, stored)`` (which reuses one tuple: no object per row),
+        appended when every key sorts after the database's last, then the offsets."""
+        estimate = 256 * len(keys)  # only sizes a map grown on MapFull
+
+        def fn(txn: Any) -> None:
+            cur = txn.cursor(self._write_handle(txn, db))
+            if deletes and cur.first():
+                for key in deletes:
+                    if cur.set_key(key):
+                        cur.delete()
+            if keys:
+                append = not cur.last() or cur.key() < keys[0]
+                _, added = cur.putmulti(zip(keys, stored, strict=True), True, True, append)
+                if append and added != len(keys):
+                    raise StorageError(
+                        f"LMDB append wrote {added} of {len(keys)} rows: keys not sorted"
                     )
             for name, offset in offsets.items():
                 txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=self._meta)
