@@ -31,7 +31,11 @@ Run ``python perf/bench_scale.py [--quick] [--json PATH]`` (full sizes: a few mi
 <unit>``: ``scale_get_10m_vs_100k`` and
 ``scale_put_commit_10m_vs_100k`` (time per operation at the largest size over the smallest
 (10M over 100k; ``--quick``: 1M over 10k; goal <= 1.5 each),
-``scale_restore_10m_records_per_s`` (restore rate at the largest size; goal >= 1,000,000),
+``lmdb_get_10m_vs_100k`` and ``lmdb_put_commit_10m_vs_100k`` (the same ratios for bare py-lmdb,
+measured beside it: ``perf/_scale_lmdb.py``), ``scale_get_10m_vs_lmdb`` and
+``scale_put_commit_10m_vs_lmdb`` (speed against bare py-lmdb at the largest size, as
+``kv_get_vs_lmdb``: above 1 is faster), ``scale_restore_10m_records_per_s`` (restore rate at the
+largest size; goal >= 1,000,000),
 ``partition_open_ms`` (opening an existing partition and its store, per partition at the
 largest count; goal <= 2) and
 ``partition_rss_kib`` (per open, idle partition at the largest count; goal <= 64).
@@ -54,6 +58,7 @@ from typing import Any
 
 from _harness import Timing, table
 from _record import Record, add_json_argument
+from _scale_lmdb import measure_lmdb
 
 from txstore.bytestores.kv import BytesKeyValueStore
 from txstore.changelog.log import FileChangelog
@@ -254,6 +259,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(27)
     try:
         keys = {n: measure_keys(root, n, rng) for n in sizes}
+        raw = {
+            n: measure_lmdb(
+                root,
+                n,
+                rng,
+                key_of,
+                value_size=VALUE_SIZE,
+                gets=GETS,
+                puts_per_round=PUTS_PER_ROUND,
+                put_rounds=PUT_ROUNDS,
+            )
+            for n in sizes
+        }
         parts = {c: measure_partitions(root, c) for c in counts}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -271,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "scan ns/row",
                 "recover ms",
                 "LMDB MiB",
+                "raw get ns",
+                "raw put+commit ns",
             ],
             [
                 [
@@ -281,11 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{k['scan_ns_per_row']:,.0f}",
                     f"{k['recover_ms']:,.1f}",
                     f"{k['lmdb_mib']:,.0f}",
+                    f"{raw[n]['get_ns']:,.0f}",
+                    f"{raw[n]['put_commit_ns']:,.0f}",
                 ]
                 for n, k in keys.items()
             ],
         )
     )
+    print("  (raw: bare py-lmdb, the same keys and operations: how much of the growth is LMDB's)")
     print()
     print(
         "Partitions: created (a store, one commit) and closed; then opened again side by side"
@@ -333,6 +356,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             per="operation",
         )
+        record.add_timings(
+            f"raw lmdb {_size(n)}",
+            {op: Timing.of([raw[n][f"{op}_ns"]]) for op in ("get", "put_commit")},
+            per="operation",
+        )
     for c, p in parts.items():
         record.add_timings(
             f"partitions {c}", {"open": Timing.of([p["open_ms"] * 1e6])}, per="partition"
@@ -349,6 +377,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         keys[big]["put_commit_ns"] / keys[small]["put_commit_ns"],
         "x",
         based_on=[f"keys {_size(big)}/put_commit", f"keys {_size(small)}/put_commit"],
+    )
+    record.figure(
+        "lmdb_get_10m_vs_100k",
+        raw[big]["get_ns"] / raw[small]["get_ns"],
+        "x",
+        based_on=[f"raw lmdb {_size(big)}/get", f"raw lmdb {_size(small)}/get"],
+    )
+    record.figure(
+        "lmdb_put_commit_10m_vs_100k",
+        raw[big]["put_commit_ns"] / raw[small]["put_commit_ns"],
+        "x",
+        based_on=[f"raw lmdb {_size(big)}/put_commit", f"raw lmdb {_size(small)}/put_commit"],
+    )
+    record.figure(
+        "scale_get_10m_vs_lmdb",
+        raw[big]["get_ns"] / keys[big]["get_ns"],
+        "x",
+        based_on=[f"raw lmdb {_size(big)}/get", f"keys {_size(big)}/get"],
+    )
+    record.figure(
+        "scale_put_commit_10m_vs_lmdb",
+        raw[big]["put_commit_ns"] / keys[big]["put_commit_ns"],
+        "x",
+        based_on=[f"raw lmdb {_size(big)}/put_commit", f"keys {_size(big)}/put_commit"],
     )
     record.figure(
         "scale_restore_10m_records_per_s",

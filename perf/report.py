@@ -73,28 +73,49 @@ class Goal:
         return 1.0 if measured == self.value else 0.0
 
 
-# The goals the issues set (figures without one are reported as measured).
+# The goals the issues set, the latest for each figure (figures without one are reported as
+# measured). Issue 27 raised the key-value, window, restore and codec goals to the physical
+# limit (raw py-lmdb) and added the scale figures; issue 24 the checksum overheads.
 GOALS: dict[str, Goal] = {
     "codec_batch_speedup_min": Goal(">=", 8),
+    "codec_columns_speedup_min": Goal(">=", 8),
     "codec_single_slowdown_max": Goal("<=", 1.0),
-    "kv_put_commit_vs_lmdb": Goal(">=", 0.7),
+    "kv_put_commit_vs_lmdb": Goal(">=", 1.0),
     "kv_put_commit_vs_quix": Goal(">=", 1.5),
-    "kv_get_vs_lmdb": Goal(">=", 0.75),
+    "kv_get_vs_lmdb": Goal(">=", 1.0),
     "kv_get_vs_quix": Goal(">=", 3),
-    "kv_merged_scan_rows_per_s": Goal(">=", 2_000_000),
+    "kv_merged_scan_rows_per_s": Goal(">=", 5_000_000),
     "recover_ms_ratio_large_small": Goal("<=", 1.5),
     "spill_rss_growth_mib": Goal("<=", 64),
     "window_put_commit_vs_quix": Goal(">=", 1.5),
-    "window_fetch_vs_quix": Goal(">=", 2),
+    "window_fetch_vs_quix": Goal(">=", 3),
     "plain_headers_bytes_saved_per_record": Goal("==", 8),
     "changelog_append_per_s": Goal(">=", 300_000),
     "changelog_replay_per_s": Goal(">=", 1_000_000),
+    "restore_records_per_s": Goal(">=", 1_000_000),
     "restore_vs_quix": Goal(">=", 3),
     "restore_window_vs_quix": Goal(">=", 3),
+    "checksum_get_overhead": Goal("<=", 1.05),
+    "checksum_scan_overhead": Goal("<=", 1.05),
+    "checksum_put_commit_overhead": Goal("<=", 1.05),
+    "checksum_bytes_per_entry": Goal("<=", 4),
+    "scale_get_10m_vs_100k": Goal("<=", 1.5),
+    "scale_put_commit_10m_vs_100k": Goal("<=", 1.5),
+    "scale_restore_10m_records_per_s": Goal(">=", 1_000_000),
+    "partition_open_ms": Goal("<=", 2),
+    "partition_rss_kib": Goal("<=", 64),
     "iq_local_vs_direct": Goal(">=", 0.8),
+    "http_queries_per_s": Goal(">=", 8_000),
+    "http_p99_ms": Goal("<=", 5),
+    "http_vs_bare_ratio": Goal(">=", 0.7),
+    "failover_seconds": Goal("<=", 5),
+    "http_slowloris_answered_ratio": Goal("==", 1),
     "spark_read_vs_parquet": Goal("<=", 2),
     "crashtest_lost": Goal("==", 0),
     "crashtest_leaked": Goal("==", 0),
+    "damage_silent_divergence": Goal("==", 0),
+    "damage_signals": Goal("==", 0),
+    "damage_healthy_store_changed": Goal("==", 0),
 }
 
 

@@ -28,8 +28,8 @@ def _load() -> ModuleType:
 report = _load()
 
 FIGURES = [
-    {"name": "kv_get_vs_lmdb", "value": 0.8, "unit": "x"},
-    {"name": "kv_merged_scan_rows_per_s", "value": 2950000, "unit": "rows/s"},
+    {"name": "kv_get_vs_lmdb", "value": 1.02, "unit": "x"},
+    {"name": "kv_merged_scan_rows_per_s", "value": 5100000, "unit": "rows/s"},
     {"name": "spill_rss_growth_mib", "value": 12.3, "unit": "MiB"},
 ]
 
@@ -62,7 +62,7 @@ def test_load_keeps_the_records_figures_in_order(tmp_path: Path) -> None:
     figures = report.collect(_results(tmp_path))
     assert [f.name for f in figures] == [f["name"] for f in FIGURES]
     by_name = {f.name: f for f in figures}
-    assert by_name["kv_get_vs_lmdb"].value == 0.8
+    assert by_name["kv_get_vs_lmdb"].value == 1.02
     assert by_name["spill_rss_growth_mib"].unit == "MiB"
     assert {f.run for f in figures} == {"2026-11-22 abc1234"}
     assert {f.source for f in figures} == {"kv"}
@@ -83,10 +83,10 @@ def test_table_says_which_goals_are_met(tmp_path: Path) -> None:
     ]
     table = report.render_table(report.collect(_results(tmp_path, _record(figures=figures))))
     rows = {line.split("|")[2].strip(" `"): line for line in table.splitlines()[2:]}
-    assert "| ≥ 0.75 x | yes |" in rows["kv_get_vs_lmdb"]  # >= goal met
-    assert "| ≥ 0.7 x | **no** |" in rows["kv_put_commit_vs_lmdb"]  # >= goal missed
+    assert "| ≥ 1 x | yes |" in rows["kv_get_vs_lmdb"]  # >= goal met
+    assert "| ≥ 1 x | **no** |" in rows["kv_put_commit_vs_lmdb"]  # >= goal missed
     assert "| 12.3 MiB | ≤ 64 MiB | yes |" in rows["spill_rss_growth_mib"]  # <= goal
-    assert "| 2,950,000 rows/s | ≥ 2,000,000 rows/s | yes |" in rows["kv_merged_scan_rows_per_s"]
+    assert "| 5,100,000 rows/s | ≥ 5,000,000 rows/s | yes |" in rows["kv_merged_scan_rows_per_s"]
     assert "| = 0 | yes |" in rows["crashtest_lost"]
     assert rows["kv_get_vs_lmdb"].endswith("| 2026-11-22 abc1234 |")
 
@@ -177,7 +177,7 @@ def test_update_rewrites_only_between_markers_and_draws_the_chart(tmp_path: Path
     assert report.main(argv) == 0
     text = page.read_text(encoding="utf-8")
     assert text.startswith("intro\n") and text.endswith("\noutro\n") and "old" not in text
-    assert "`kv_get_vs_lmdb` | 0.8 x" in text
+    assert "`kv_get_vs_lmdb` | 1.02 x" in text
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.main([*argv, "--check"]) == 0
 

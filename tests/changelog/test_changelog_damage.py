@@ -406,3 +406,53 @@ def test_a_damaged_cleanup_policy_in_changelog_json_names_the_file(tmp_path: Pat
     meta.write_bytes(meta.read_bytes().replace(b"compact,delete", b"compact,deleve"))
     with pytest.raises(ConfigConflictError, match=r"changelog\.json is damaged"):
         FileChangelog(tmp_path / "c")
+
+
+def segmented(path: Path, policy: str = "compact") -> list[str]:
+    """Ten one-record commits, a segment each (timestamps 1000, 2000, ...); the segment names."""
+    with FileChangelog(path, cleanup_policy=policy, segment_bytes=1, fsync=False) as log:
+        for i in range(10):
+            log.append(b"k%d" % i, b"v%d" % i, 1000 * (i + 1), b"")
+            log.commit(i + 1)
+    return sorted(n for n in os.listdir(path) if n.endswith(".log"))
+
+
+def test_a_deleted_oldest_segment_is_refused_not_read_as_a_shorter_log(tmp_path: Path) -> None:
+    """crashtest --damage seed 1: deleting the first segment of a key-value (compacted)
+    changelog left a log that started later, and an in-memory store restored from it lost the
+    keys that segment held. The log start is in changelog.json: a missing oldest segment is
+    ChangelogCorruptionError for the writer and for a reader, and no file changes."""
+    log_dir = tmp_path / "log"
+    names = segmented(log_dir)
+    assert len(names) >= 5
+    assert json.loads((log_dir / "changelog.json").read_text())["log_start"] == 0
+    (log_dir / names[0]).unlink()
+    before = files(log_dir)
+    for readonly in (False, True):
+        with pytest.raises(ChangelogCorruptionError, match=r"offsets \[0, 1\) are missing"):
+            FileChangelog(log_dir, readonly=readonly)
+    assert files(log_dir) == before
+
+
+def test_retention_records_the_log_start_before_it_deletes(tmp_path: Path) -> None:
+    """A window store's changelog (compact,delete) deletes expired segments: the new start is
+    recorded first, so the log opens from it; a segment a crash kept between the record and the
+    deletions is removed by the next open; a damaged log_start is ConfigConflictError."""
+    log_dir = tmp_path / "log"
+    names = segmented(log_dir, "compact,delete")
+    kept = (log_dir / names[0]).read_bytes()
+    with FileChangelog(log_dir, retention_ms=3500, fsync=False) as log:
+        assert log.clean(now_ms=10_000).deleted_segments == 6  # max timestamps 1000..6000
+        assert log.log_start_offset == 6
+    assert json.loads((log_dir / "changelog.json").read_text())["log_start"] == 6
+    (log_dir / names[0]).write_bytes(kept)  # as if the process died before this unlink
+    with FileChangelog(log_dir) as log:
+        assert [r.offset for r in records(log)] == [6, 7, 8, 9]
+    assert not (log_dir / names[0]).exists()
+    (log_dir / sorted(n for n in os.listdir(log_dir) if n.endswith(".log"))[0]).unlink()
+    with pytest.raises(ChangelogCorruptionError, match=r"offsets \[6, \d+\) are missing"):
+        FileChangelog(log_dir, readonly=True)
+    meta = log_dir / "changelog.json"
+    meta.write_text(meta.read_text().replace('"log_start": 6', '"log_start": "6"'))
+    with pytest.raises(ConfigConflictError, match="log_start"):
+        FileChangelog(log_dir)

@@ -57,6 +57,10 @@ class CommitHistory:
     def _install(self, loaded: LoadedLog) -> None:
         raise NotImplementedError
 
+    @property
+    def meta_log_start(self) -> int | None:
+        raise NotImplementedError
+
     def _open_active(self) -> None:
         raise NotImplementedError
 
@@ -137,7 +141,7 @@ class CommitHistory:
                     os.fdatasync(self._fd)
             if self.fsync:
                 fsync_dir(self.path)
-            self._install(load_segments(self.path, repair=True))
+            self._install(load_segments(self.path, repair=True, log_start=self.meta_log_start))
             self._open_active()
         except OSError as exc:
             self._fail(exc)

@@ -212,7 +212,9 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
             if readonly:
                 self._load_readonly()
             else:
-                self._install(load_segments(self.path, repair=bool(repair)))
+                self._install(
+                    load_segments(self.path, repair=bool(repair), log_start=self.meta_log_start)
+                )
                 self._open_active()
         except BaseException:
             self._release()
@@ -264,6 +266,7 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
             "version": FORMAT_VERSION,
             "cleanup_policy": (policy or CleanupPolicy.COMPACT).value,
             "cleaned_end": 0,
+            "log_start": 0,
         }
         write_meta(self.path, meta, sync=self.fsync)
         return meta
@@ -285,7 +288,7 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
     def _load_readonly(self) -> None:
         for attempt in range(5):
             try:
-                self._install(load_segments(self.path, repair=False))
+                self._install(load_segments(self.path, repair=False, log_start=self.meta_log_start))
                 return
             except (ChangelogCorruptionError, FileNotFoundError):
                 # The writer may be appending, truncating or cleaning right now: look again
@@ -349,6 +352,19 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
     def log_start_offset(self) -> int:
         """The first offset still in the log (the base of the oldest segment)."""
         return self._segments[0].base if self._segments else self._committed_end
+
+    @property
+    def meta_log_start(self) -> int | None:
+        """The log start ``changelog.json`` records (None: a file from before it did)."""
+        start = self._meta.get("log_start")
+        if start is None:
+            return None
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ConfigConflictError(
+                f"{os.path.join(self.path, META_FILE)} is damaged: its log_start is {start!r}, "
+                "not an offset; restore it from a copy"
+            )
+        return start
 
     @property
     def recovered(self) -> LoadedLog | None:
@@ -437,6 +453,10 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
                 self._segments[: max(0, len(self._segments) - keep)], now_ms - self.retention_ms
             )
             if n:
+                # the new start is recorded first: a crash before the deletions leaves files
+                # the next open removes, never a start the log cannot prove
+                self._meta = dict(self._meta, log_start=self._segments[n].base)
+                write_meta(self.path, self._meta, sync=self.fsync)
                 for seg in self._segments[:n]:
                     os.unlink(seg.path)
                     result.deleted_segments += 1

@@ -10,6 +10,12 @@ Invariants of a changelog directory (checked on every open):
   produces);
 * a segment whose base lies below the previous segment's end is the leftover of a merging
   compaction interrupted between its rename and its deletions, and is removed;
+* the first segment starts at the log start the metadata records (``log_start``: 0 for a new
+  log, moved up only by retention, which records it before it deletes the expired segments;
+  compaction keeps the base of the first segment it rewrites): a later first base means the
+  oldest segment files were lost; segments wholly below ``log_start`` are what a crash left
+  between that record and the deletions, and are removed. A metadata file written before
+  ``log_start`` existed has no such check;
 * the last segment is scanned frame by frame: what follows its last complete commit is
   truncated only if it is what a crash of the writing process leaves (valid frames of the
   open transaction, then at most a prefix of one frame or of the marker pair, at the end of
@@ -201,8 +207,9 @@ class LoadedLog:
         return not self.repaired and bool(self.removed_files or self.truncate or self.temporaries)
 
 
-def load_segments(path: str, *, repair: bool) -> LoadedLog:
-    """Scan the segments of ``path`` (see the module docstring for the rules).
+def load_segments(path: str, *, repair: bool, log_start: int | None = None) -> LoadedLog:
+    """Scan the segments of ``path`` (see the module docstring for the rules; ``log_start``:
+    the first offset the metadata says the log holds, None when it does not say).
 
     Nothing is written by the scan: damage raises :class:`ChangelogCorruptionError` before any
     file is touched. With ``repair`` (the writer, holding the lock) the repair it found is then
@@ -213,6 +220,19 @@ def load_segments(path: str, *, repair: bool) -> LoadedLog:
     segments: list[Segment] = []
     removed: list[str] = []
     prev_end: int | None = None
+    if log_start is not None and files:
+        # expired segments a crash kept: the next file starts at or before the log start
+        while len(files) > 1 and files[1][0] <= log_start:
+            removed.append(files.pop(0)[1])
+        base, seg_path = files[0]
+        if base > log_start:
+            raise corruption(
+                seg_path,
+                0,
+                log_start,
+                f"offsets [{log_start}, {base}) are missing: the log starts at {log_start} "
+                "(changelog.json) and its oldest segment file was deleted",
+            )
     for i, (base, seg_path) in enumerate(files):
         last = i == len(files) - 1
         if prev_end is not None and base < prev_end:

@@ -104,7 +104,10 @@ def damaged_entry(partition: str | None, db: bytes, exc: BaseException) -> Damag
 
 def record_damage(partition: str, db: bytes) -> None:
     """Add ``db`` to the partition's :data:`DAMAGE_FILE` (appended and synced: it outlives a
-    crash that follows). Never raises: the read that found the damage raises its own error."""
+    crash that follows), once. Never raises: the read that found the damage raises its own
+    error."""
+    if db in recorded_damage(partition):
+        return
     try:
         fd = os.open(os.path.join(partition, DAMAGE_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:

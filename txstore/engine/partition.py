@@ -186,6 +186,9 @@ class Partition(PartitionWrites):
         self._lock_fd: int | None = None
         self._mark_on_close = False
         self.page_walk: PageWalk | None = None
+        self.damaged_at_open: set[bytes] = set()
+        """Databases in which the check after the page walk found an entry whose checksum
+        failed (see :meth:`_verify_after_walk`); emptied as their stores are dropped."""
         """What the page walk at open read (``None``: not walked)."""
         self.write_generation = None if self.readonly else 0
         data = os.path.join(self.path, "data")
@@ -242,6 +245,8 @@ class Partition(PartitionWrites):
                     "was written by a newer txstore"
                 )
             self.checksums = flag is not None
+            if self.page_walk is not None:
+                self._verify_after_walk()
             self.reader_check()
         except BaseException:
             self._closed = False
@@ -328,6 +333,20 @@ class Partition(PartitionWrites):
 
         return self.run_shared(once)
 
+    def _verify_after_walk(self) -> None:
+        """After an unclean shutdown (or with ``verify="always"``) the page walk checked the
+        B-tree; this checks every entry's checksum as well, because a flipped key byte that
+        keeps the key between its neighbours is never read by a ``get`` (it finds nothing,
+        which is not an error). Each database holding a damaged entry is kept in
+        :attr:`damaged_at_open` (``Database.open_store`` refuses its store) and, by a writer,
+        recorded (:func:`~txstore.engine.checksums.record_damage`: a task rebuilds its
+        store). O(entries), one read transaction: about the cost of the walk."""
+        _, bad = self.verify_entries(limit=1 << 30)
+        for db in sorted({db for db, _, _ in bad}):
+            if not self.readonly:
+                record_damage(str(self.path), db)
+            self.damaged_at_open.add(db)
+
     def store_of_db(self, db: bytes) -> str | None:
         """The store whose database ``db`` is (``<store>`` or ``<store>.<suffix>``: the store
         with the longest such name), or None."""
@@ -354,6 +373,7 @@ class Partition(PartitionWrites):
                 txn.delete(OFFSET_PREFIX + name.encode(), db=self._meta)
 
         self._write(fn, True, 0)
+        self.damaged_at_open = {db for db in self.damaged_at_open if db not in dbs}
 
     # -- environment ---------------------------------------------------------------------------
 

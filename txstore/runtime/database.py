@@ -31,6 +31,7 @@ from typing import Any, TypeVar, cast
 from txstore.codecs import ValueFormat
 from txstore.engine.partition import Partition
 from txstore.errors import (
+    DamagedFileError,
     InvalidArgumentError,
     InvalidTypeError,
     StoreClosedError,
@@ -195,12 +196,30 @@ class Database:
             )
         if supplier.persistent:
             check_name_free(self.partition, name)
+            self._refuse_damaged(name)
             stack = assemble(builder, self.partition, self.changelogs)
         else:  # a task's in-memory store: change-logged, restored from its changelog
             assert self.changelogs is not None
             stack = assemble(builder, self.changelogs.memory_partition, self.changelogs)
         self._stacks[name] = stack
         return stack.store
+
+    def _refuse_damaged(self, name: str) -> None:
+        """A store in which the check at open (after an unclean shutdown) found an entry whose
+        checksum failed is not served: its gets could miss a damaged key silently. A task
+        rebuilds it from its changelog instead (and has dropped it before this)."""
+        damaged = sorted(
+            db for db in self.partition.damaged_at_open if self.partition.store_of_db(db) == name
+        )
+        if damaged:
+            raise DamagedFileError(
+                os.path.join(self.path, "data", "data.mdb"),
+                f"store {name!r} holds an entry whose checksum failed (found at open, in "
+                f"database {damaged[0].decode(errors='replace')!r}, after the last writer "
+                "did not close cleanly): open the partition as a Task to rebuild it from its "
+                "changelog, or restore it from a snapshot",
+                database=damaged[0].decode(errors="replace"),
+            )
 
     def open_key_value_store(self, builder: KeyValueStoreBuilder[K, V]) -> KeyValueStore[K, V]:
         """:meth:`open_store` for a key-value store builder (typed for it); same cost and
