@@ -21,13 +21,21 @@ STABLE_ABI = (
 #: their hot paths cannot afford a cffi call (see that file).
 CHECKSUMS = Extension(
     "txstore._checksums",
-    ["csrc/checksums.c"],
+    ["csrc/checksums.c", "csrc/restore_rows.c"],
+    py_limited_api=STABLE_ABI,
+    extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
+)
+
+#: Single-item codec fast paths (csrc/fastpaths.c): C builtins, cheaper to call than Python.
+FASTPATHS = Extension(
+    "txstore._fastpaths",
+    ["csrc/fastpaths.c"],
     py_limited_api=STABLE_ABI,
     extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
 )
 
 setup(
     cffi_modules=["csrc/build_ffi.py:ffibuilder"],
-    ext_modules=[CHECKSUMS],
+    ext_modules=[CHECKSUMS, FASTPATHS],
     options={"bdist_wheel": {"py_limited_api": "cp311"}} if STABLE_ABI else {},
 )

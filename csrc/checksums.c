@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "checksums.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
 #define TXS_X86 1
@@ -108,6 +110,12 @@ static inline void put_le32(char *p, uint32_t c) {
     p[2] = (char)((c >> 16) & 0xff);
     p[3] = (char)(c >> 24);
 }
+
+uint32_t txs_entry_crc(const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn) {
+    return entry_crc(k, kn, v, vn);
+}
+
+void txs_put_le32(char *p, uint32_t c) { put_le32(p, c); }
 
 static inline uint32_t get_le32(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
@@ -1089,6 +1097,9 @@ static PyMethodDef methods[] = {
     {"merge_rows", (PyCFunction)(void (*)(void))py_merge_rows, METH_FASTCALL,
      "merge_rows(upper, lower, keep_tombstones) -> the rows of two ascending lists merged, upper "
      "winning on equal keys (txstore.engine.iterators.merge_rows)"},
+    {"restore_rows", (PyCFunction)(void (*)(void))txs_restore_rows, METH_FASTCALL,
+     "restore_rows(keys, values, timestamps, headers, fmt, seal, max_key) -> (puts, deletes): "
+     "the last record of each key, sorted, converted and sealed (see csrc/restore_rows.c)"},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, "crc32c(data, crc=0) -> int"},
     {"set_hardware", py_set_hardware, METH_O,
      "set_hardware(on) -> previous: use the CPU's CRC32C instruction when on and available "

@@ -24,8 +24,9 @@ a task commit marker every 1,000 records). Each restore starts from a wiped part
 is replayed) and runs the product path: ``Task(path)`` and the store
 (``Stores.persistent_timestamped_key_value_store`` / ``persistent_timestamped_window_store``
 with ``Serdes.bytes()``) = **open**; ``Task.initialize()`` = **restore** (recover, read the
-changelog in columnar batches, convert with the C record converter, ``put_all`` /
-``SegmentedBytesStore.restore``, one LMDB commit per ``RESTORE_BATCH`` records);
+changelog in columnar batches; key-value: ``restore_records``, one C pass that keeps the last
+record of each key, sorts, converts and seals, then one synced LMDB commit; window: convert,
+``SegmentedBytesStore.restore`` and commit; one LMDB commit per ``RESTORE_BATCH`` records);
 ``Task.close()`` = **close**. ``sync=True`` (txstore's default: each restore commit is
 fsynced) gives the figures; ``sync=False`` (what Quix's RocksDB writes promise: no sync) is shown
 as a reference. The ``instrumented`` rows are the same run with timers around the four stages
@@ -261,9 +262,10 @@ class Probe:
     * ``apply``: the raw store's ``put_all`` (key-value: validate, put into the overlay) or
       ``restore`` (window: validate, pick the segment, put into its overlay);
     * ``commit``: the raw store's ``commit`` (one LMDB write transaction per restore batch:
-      sort, ``putmulti``, the offset, fsync); for the key-value store, ``restore_batch``,
-      which applies and commits in one (the last record of a key, sorted, ``putmulti``, the
-      offset, fsync), so its ``apply`` is 0.
+      sort, ``putmulti``, the offset, fsync); for the key-value store, ``restore_records``,
+      which converts, applies and commits in one (the C pass: the last record of a key,
+      sorted, converted, sealed; then ``putmulti``, the offset, fsync), so its ``convert``
+      and ``apply`` are 0.
 
     The rest of ``initialize()`` (collecting the columns, slicing, ``zip``, recovery, the
     changelog repair check) is ``other``. A few thousand timer calls per million records.
@@ -319,7 +321,9 @@ class Probe:
         raw.commit = timed_commit
         if kind == KV:
             raw.put_all = self.timed("apply", raw.put_all)
-            # restore_batch applies and commits in one transaction: timed as "commit"
+            # restore_records / restore_batch convert (restore_records: in C), apply and
+            # commit in one transaction: timed as "commit"
+            raw.restore_records = self.timed("commit", raw.restore_records)
             raw.restore_batch = self.timed("commit", raw.restore_batch)
         else:
             raw.restore = self.timed("apply", raw.restore)

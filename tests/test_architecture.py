@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "txstore.codecs",
         "txstore._codecs",
         "txstore._checksums",
+        "txstore._fastpaths",
     ),
     ("txstore.engine",),
     ("txstore.bytestores",),
@@ -60,7 +61,7 @@ def module_name(path: Path) -> str:
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 #: Compiled modules (the cffi extension) count as modules of their layer.
-COMPILED = ("txstore._codecs", "txstore._checksums")
+COMPILED = ("txstore._codecs", "txstore._checksums", "txstore._fastpaths")
 
 
 def owner(module: str) -> tuple[int, str]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
+from txstore.codecs import ValueFormat, records_to_values
 from txstore.engine.base import (
     MAX_KEY_SIZE,
     PartitionBase,
@@ -30,6 +31,7 @@ from txstore.engine.base import (
     check_offset,
     check_store_name,
 )
+from txstore.engine.checksums import restore_rows
 from txstore.engine.iterators import (
     EMPTY_SOURCE,
     ChunkedIterator,
@@ -371,6 +373,42 @@ class BytesKeyValueStore(_Reads):
         ordered = sorted(latest)
         rows = list(zip(ordered, map(latest.__getitem__, ordered), strict=True))
         self.partition.commit_rows(self.name, {self.db: rows}, changelog_offset)
+
+    def restore_records(
+        self,
+        keys: list[bytes],
+        values: list[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[bytes],
+        fmt: ValueFormat,
+        changelog_offset: int,
+    ) -> None:
+        """:meth:`restore_batch` of changelog records not yet converted: each record (plain
+        value, record timestamp, serialized record headers) becomes the stored value of
+        ``fmt`` as :func:`~txstore.codecs.records_to_values` makes it. One C pass
+        (``restore_rows``) keeps the last record of each key, sorts, converts and seals them,
+        making one object per live key and none per overwritten record, and commits the
+        columns (:meth:`~txstore.engine.base.PartitionBase.commit_columns`), the tombstones
+        as keys to delete. O(n) plus the sort of the keys' first 8 bytes.
+
+        A bad item (a key that is not bytes of 1 to 511 bytes, a value neither bytes nor
+        None, a timestamp or headers the format cannot take) sends the batch through
+        :func:`~txstore.codecs.records_to_values` and :meth:`restore_batch`, which raise the
+        typed error naming it, before anything is written.
+        """
+        self._check_writable()
+        part = self.partition
+        try:
+            ordered, stored, deletes = restore_rows(
+                keys, values, timestamps, headers, int(fmt), part.checksums, MAX_KEY_SIZE
+            )
+        except (TypeError, ValueError, OverflowError):
+            converted = values
+            if fmt != ValueFormat.PLAIN:
+                converted = records_to_values(fmt, values, timestamps, headers)
+            self.restore_batch(keys, converted, changelog_offset)
+            return
+        part.commit_columns(self.name, self.db, ordered, stored, deletes, changelog_offset)
 
     def delete(self, key: bytes) -> bytes | None:
         """Delete ``key``; returns its previous value or None."""

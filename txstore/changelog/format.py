@@ -363,6 +363,7 @@ class Columns:
     headers: Sequence[bytes]
     delete_horizon: int
     max_timestamp: int
+    nbytes: int = 0  # the keys', values' and headers' bytes
 
 
 def decode_batch(frame: Frame, *, keys_only: bool = False) -> Columns:
@@ -407,17 +408,22 @@ def decode_batch(frame: Frame, *, keys_only: bool = False) -> Columns:
         return Columns(offsets, keys, [], timestamps, (), horizon, max_ts)
     p += ksum
     values: list[bytes | None]
-    if tombstones:
-        values = list(_cut(buf, p, [m if m > 0 else 0 for m in vlens]))
+    if tombstones:  # cut the tombstones as empty values, then set them to None
+        lens = list(vlens)
+        dead = []
         i = -1
         for _ in range(vlens.count(-1)):
             i = vlens.index(-1, i + 1)
+            lens[i] = 0
+            dead.append(i)
+        values = list(_cut(buf, p, lens))
+        for i in dead:
             values[i] = None
     else:
         values = list(_cut(buf, p, vlens))
     p += vsum
     headers: Sequence[bytes] = _cut(buf, p, hlens) if has_headers else [b""] * n
-    return Columns(offsets, keys, values, timestamps, headers, horizon, max_ts)
+    return Columns(offsets, keys, values, timestamps, headers, horizon, max_ts, ksum + vsum + hsum)
 
 
 _FRAME_PROBLEMS: Final = {

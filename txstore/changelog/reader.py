@@ -70,6 +70,8 @@ class RecordBatch:
     values: Sequence[bytes | None]
     timestamps: Sequence[int]
     headers: Sequence[bytes]
+    nbytes: int | None = None
+    """The keys', values' and headers' bytes, when known (a whole stored batch)."""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -205,7 +207,9 @@ class BatchIterator:
             return None
         self._next = offsets[hi - 1] + 1
         if lo == 0 and hi == len(offsets):
-            return RecordBatch(offsets, cols.keys, cols.values, cols.timestamps, cols.headers)
+            return RecordBatch(
+                offsets, cols.keys, cols.values, cols.timestamps, cols.headers, cols.nbytes
+            )
         return RecordBatch(
             offsets[lo:hi],
             cols.keys[lo:hi],

@@ -47,6 +47,7 @@ from txstore.codecs._native import (
     split_values,
     window_keys,
 )
+from txstore.codecs.converters import convert_value, value_converter
 from txstore.codecs.keys import (
     extract_session_key,
     extract_window_key,
@@ -69,7 +70,6 @@ from txstore.codecs.keys import (
 from txstore.codecs.records import record_to_value, records_to_values
 from txstore.codecs.values import (
     ValueConverter,
-    convert_value,
     decode_headers,
     decode_unsigned_varint,
     decode_varint,
@@ -78,7 +78,6 @@ from txstore.codecs.values import (
     encode_varint,
     pack_value,
     split_value,
-    value_converter,
 )
 
 __all__ = [

@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from txstore._fastpaths import key_function as _key_function
+from txstore._fastpaths import segment_function as _segment_function
 from txstore.codecs._common import (
     INT_MAX,
     LONG_MAX,
@@ -30,7 +32,7 @@ from txstore.codecs._common import (
 from txstore.errors import InvalidArgumentError
 
 
-def window_key(key: bytes, timestamp: int, seq: int = 0) -> bytes:
+def _window_key(key: bytes, timestamp: int, seq: int = 0) -> bytes:
     """Window store key ``[key][ts 8 BE][seq 4 BE]`` (``WindowKeySchema.toStoreKeyBinary``)."""
     try:
         return key + _pack_qi(timestamp, seq)
@@ -41,7 +43,7 @@ def window_key(key: bytes, timestamp: int, seq: int = 0) -> bytes:
     )
 
 
-def extract_window_key(raw: bytes) -> tuple[bytes, int, int]:
+def _extract_window_key(raw: bytes) -> tuple[bytes, int, int]:
     """Split a window store key into ``(key, timestamp, seq)``. O(n).
 
     >>> extract_window_key(bytes.fromhex("6100000000000003e800000000"))
@@ -98,7 +100,7 @@ def window_upper_range(key: bytes, time_to: int) -> bytes:
     )
 
 
-def session_key(key: bytes, start: int, end: int) -> bytes:
+def _session_key(key: bytes, start: int, end: int) -> bytes:
     """Session store key ``[key][end 8 BE][start 8 BE]`` (end first, as Kafka does)."""
     try:
         return key + _pack_qq(end, start)
@@ -107,7 +109,7 @@ def session_key(key: bytes, start: int, end: int) -> bytes:
     return _as_bytes("key", key) + _pack_qq(_check_long("end", end), _check_long("start", start))
 
 
-def extract_session_key(raw: bytes) -> tuple[bytes, int, int]:
+def _extract_session_key(raw: bytes) -> tuple[bytes, int, int]:
     """Split a session store key into ``(key, start, end)``. O(n).
 
     >>> extract_session_key(bytes.fromhex("61" "0000000000001388" "00000000000003e8"))
@@ -218,4 +220,15 @@ def segment_id_function(interval: int) -> Callable[[int], int]:
                 return sid
         return _segment_id_checked(timestamp, interval)
 
-    return segment_of
+    # A C builtin (csrc/fastpaths.c) in front: cheaper to call than segment_of, which takes
+    # what it does not (other types, negative or out-of-range timestamps).
+    return _segment_function(interval, small, segment_of)
+
+
+# The public key codecs are C builtins (csrc/fastpaths.c), cheaper to call than any Python
+# function, each in front of the Python function above: C takes exact bytes keys and ints in
+# range, the Python function everything else (its own conversions, or the typed error).
+window_key = _key_function("window_key", _window_key)
+extract_window_key = _key_function("extract_window_key", _extract_window_key)
+session_key = _key_function("session_key", _session_key)
+extract_session_key = _key_function("extract_session_key", _extract_session_key)

@@ -387,19 +387,57 @@ class PartitionBase:
         :meth:`commit_stores`; both before anything is written. Cost: O(rows x log N) plus one
         sync, without the overlay's copy and sort of every row.
         """
+        self._commit_direct(store, offset, lambda checked: self._apply_rows(writes, checked))
+
+    def commit_columns(
+        self,
+        store: str,
+        db: bytes,
+        keys: list[bytes],
+        stored: list[bytes],
+        deletes: list[bytes],
+        offset: int,
+    ) -> None:
+        """:meth:`commit_rows` for rows as columns, as restore's C pass makes them
+        (``restore_rows`` of :mod:`txstore.engine.checksums`): ``keys`` sorted and unique,
+        ``stored[i]`` the value of ``keys[i]`` as stored (with its checksum trailer when
+        :attr:`checksums` is set), and ``deletes`` the keys to delete (none in ``keys``).
+        Checks and cost as :meth:`commit_rows`, without a row tuple per key on LMDB."""
+        self._commit_direct(
+            store, offset, lambda checked: self._apply_columns(db, keys, stored, deletes, checked)
+        )
+
+    def _commit_direct(
+        self, store: str, offset: int, apply: Callable[[dict[str, int]], None]
+    ) -> None:
+        """The checks and bookkeeping of :meth:`commit_rows` around ``apply(offsets)``."""
         checked = self._check_commit({store: offset})
         ov = self.overlay
         if ov is not None and not all(d.is_empty() and not d.dropped for d in ov.dbs(store)):
             raise IllegalStateError(
                 f"store {store!r} has staged writes: commit or discard them before commit_rows"
             )
-        self._apply_rows(writes, checked)
+        apply(checked)
         on_commit = getattr(self._stores.get(store), "on_commit", None)
         if on_commit is not None:
             on_commit()
         self._commits += 1
         if self._commits % READER_CHECK_EVERY == 0:
             self.reader_check()
+
+    def _apply_columns(
+        self,
+        db: bytes,
+        keys: list[bytes],
+        stored: list[bytes],
+        deletes: list[bytes],
+        offsets: dict[str, int],
+    ) -> None:
+        """:meth:`commit_columns` for an engine without a direct path (and without checksums):
+        the rows and the deletes through the overlay."""
+        rows: list[Row] = list(zip(keys, stored, strict=True))
+        rows += [(k, None) for k in deletes]
+        self._apply_rows({db: rows}, offsets)
 
     def _apply_rows(self, writes: Mapping[bytes, list[Row]], offsets: dict[str, int]) -> None:
         """:meth:`commit_rows` for an engine without a direct path: through the overlay."""

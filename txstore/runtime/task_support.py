@@ -246,7 +246,7 @@ def restore_store(
     if total == 0:
         return 0
     pending_bytes = 0
-    restore_batch = getattr(raw, "restore_batch", None) if entry.kind == "key_value" else None
+    restore_records = getattr(raw, "restore_records", None) if entry.kind == "key_value" else None
     offsets: list[int] = []
     keys: list[bytes] = []
     values: list[bytes | None] = []
@@ -256,12 +256,20 @@ def restore_store(
     def flush(n: int) -> None:
         nonlocal restored, pending_bytes
         pending_bytes = 0
-        stored = values[:n]
-        if entry.format != ValueFormat.PLAIN:
-            stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
-        if restore_batch is not None:  # one synced transaction, past the overlay
-            restore_batch(keys[:n], stored, offsets[n - 1] + 1)
+        if restore_records is not None:  # one C pass, one synced transaction, no overlay
+            whole = n == len(keys)  # the usual case: no copy of the columns
+            restore_records(
+                keys if whole else keys[:n],
+                values if whole else values[:n],
+                stamps if whole else stamps[:n],
+                headers if whole else headers[:n],
+                entry.format,
+                offsets[n - 1] + 1,
+            )
         else:
+            stored = values[:n]
+            if entry.format != ValueFormat.PLAIN:
+                stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
             pairs = list(zip(keys[:n], stored, strict=True))
             if entry.kind == "key_value":
                 raw.put_all(pairs)
@@ -287,13 +295,18 @@ def restore_store(
                 break
             if batch.offsets[-1] >= end:  # a concurrent writer's later commit: stop at end
                 n = sum(1 for o in batch.offsets if o < end)
-            offsets.extend(batch.offsets[:n])
-            keys.extend(batch.keys[:n])
-            values.extend(batch.values[:n])
-            stamps.extend(batch.timestamps[:n])
-            headers.extend(batch.headers[:n])
-            pending_bytes += sum(map(len, batch.keys[:n])) + 128 * n
-            pending_bytes += sum(map(len, filter(None, batch.values[:n])))  # None: 0 B
+            whole = n == len(batch)
+            offsets.extend(batch.offsets if whole else batch.offsets[:n])
+            keys.extend(batch.keys if whole else batch.keys[:n])
+            values.extend(batch.values if whole else batch.values[:n])
+            stamps.extend(batch.timestamps if whole else batch.timestamps[:n])
+            headers.extend(batch.headers if whole else batch.headers[:n])
+            pending_bytes += 128 * n
+            if batch.nbytes is not None and whole:  # no pass over the items
+                pending_bytes += batch.nbytes
+            else:
+                pending_bytes += sum(map(len, keys[-n:])) + sum(map(len, headers[-n:]))
+                pending_bytes += sum(map(len, filter(None, values[-n:])))  # None: 0 B
             while len(keys) >= batch_records:
                 flush(batch_records)
             if keys and pending_bytes >= batch_bytes:
