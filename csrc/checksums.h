@@ -1,5 +1,6 @@
-/* What csrc/checksums.c shares with the other C file of the txstore._checksums extension
- * (csrc/restore_rows.c). */
+/* What the C files of the txstore._checksums extension share: csrc/checksums.c (the CRC32C
+ * trailer, the module), csrc/rows.c (sort_rows, merge_rows), csrc/window_reader.c
+ * (window_items, session_items), csrc/restore_rows.c (restore_rows). */
 #ifndef TXSTORE_CHECKSUMS_H
 #define TXSTORE_CHECKSUMS_H
 
@@ -11,5 +12,43 @@ uint32_t txs_entry_crc(const char *k, Py_ssize_t kn, const char *v, Py_ssize_t v
 void txs_put_le32(char *p, uint32_t c);
 /* restore_rows(keys, values, timestamps, headers, fmt, seal, max_key): csrc/restore_rows.c. */
 PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* Exact types first: a pointer comparison, where the stable ABI's PyBytes_Check and
+ * PyTuple_Check are function calls (PyType_GetFlags); subclasses take the call. */
+#define IS_BYTES(o) (Py_TYPE(o) == &PyBytes_Type || PyBytes_Check(o))
+#define IS_TUPLE(o) (Py_TYPE(o) == &PyTuple_Type || PyTuple_Check(o))
+
+static inline int need_bytes(PyObject *o, const char *what) {
+    if (!IS_BYTES(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes", what);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int want_args(Py_ssize_t nargs, Py_ssize_t n, const char *name) {
+    if (nargs != n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, n, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+/* The little-endian 32-bit value at s (the trailer's byte order). */
+static inline uint32_t get_le32(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Raise txstore._checksums.ChecksumError(key, reason); returns NULL. */
+PyObject *txs_fail(PyObject *key, const char *reason);
+/* The functions of csrc/rows.c and csrc/window_reader.c, in the module's method table. */
+PyObject *txs_sort_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *txs_merge_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *txs_window_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *txs_session_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* The names csrc/window_reader.c looks up on a cursor, interned at import: 0, or -1 with an
+ * exception. */
+int txs_window_reader_init(void);
 
 #endif

@@ -1,4 +1,5 @@
-# Types of the C extension txstore._checksums (csrc/checksums.c); see txstore.engine.checksums.
+# Types of the C extension txstore._checksums (csrc/checksums.c, rows.c, window_reader.c,
+# restore_rows.c); see txstore.engine.checksums.
 from collections.abc import Sequence
 from typing import Any
 
