@@ -104,6 +104,9 @@ class ZooKeeperMembership:
         self._current: Assignment | None = None
         self._published: tuple[list[int], list[int]] | None = None
         self._registered = False  # our node exists (deleted by leave, not another's)
+        # after a lost session: set once an assignment without this instance was handed out,
+        # so that it steps back (releases its partitions) before it registers again
+        self._stepped_back = False
 
     # ---- session ------------------------------------------------------------------------
 
@@ -181,13 +184,17 @@ class ZooKeeperMembership:
 
     def heartbeat(self) -> None:
         """Register again after this instance's session was lost and a new one began (kazoo
-        heartbeats the session itself). One ``exists`` round trip only after a loss."""
+        heartbeats the session itself), once :meth:`current` handed out an assignment without
+        this instance: it releases its partitions first (the others took them over when its
+        node went), or a fast reconnection would keep them while the others wait for them. One
+        ``exists`` round trip only after a loss."""
         zk = self._zk
-        if zk is None or not self._lost.is_set() or not zk.connected:
+        if zk is None or not self._lost.is_set() or not zk.connected or not self._stepped_back:
             return
         try:
             if zk.exists(self._node) is None:
                 self._register()
+            self._stepped_back = False
             self._lost.clear()
             self._published = None
             self._dirty.set()
@@ -264,6 +271,7 @@ class ZooKeeperMembership:
         if self._lost.is_set():  # our node went with the session: we are not a member
             mine = HostInfo.parse(self._doc["application_server"])
             found = [(h, s) for h, s in found if h != mine]
+            self._stepped_back = True
         self._current = spread(found, self.num_partitions, self.num_standby_replicas, self._app_id)
         return self._current
 
