@@ -51,7 +51,8 @@ demo: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-BENCHES ?= codecs kv window changelog restore queries spark check
+BENCHES ?= codecs kv window changelog restore queries spark check scale join reader_open page_walk \
+	segment_check spark_pipeline
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,spark,bench]'

@@ -64,11 +64,17 @@ def timed_open(path: Path, crashed: bool) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, default=None, help="rows written (default 1M, 100k quick)")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="100k rows, 3 rounds")
     add_json_argument(ap, "segment_check")
     args = ap.parse_args()
-    rec = Record("segment_check", quick=False, workload={"rows": args.rows, "rounds": args.rounds})
+    if args.rows is None:
+        args.rows = 100_000 if args.quick else 1_000_000
+    if args.quick:
+        args.rounds = min(args.rounds, 3)
+    workload = {"rows": args.rows, "rounds": args.rounds}
+    rec = Record("segment_check", quick=args.quick, workload=workload)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "p"
         write(path, args.rows)

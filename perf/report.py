@@ -278,7 +278,24 @@ def draw(figures: list[Figure], dest: Path) -> None:
     plt.close(fig)
 
 
-BENCHES = ("codecs", "kv", "window", "changelog", "restore", "queries", "spark", "check")
+# Every perf/bench_*.py, in the order `make bench` and `make bench-full` run them (the
+# Makefile's BENCHES list is checked against this one by tests/test_perf_report.py).
+BENCHES = (
+    "codecs",
+    "kv",
+    "window",
+    "changelog",
+    "restore",
+    "queries",
+    "spark",
+    "check",
+    "scale",
+    "join",
+    "reader_open",
+    "page_walk",
+    "segment_check",
+    "spark_pipeline",
+)
 CRASHTEST = ["--kills", "1000", "--seed", "1000", "--wipe-sizes", "10k,100k,1m"]
 
 

@@ -187,6 +187,22 @@ def test_unknown_benchmark_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "unknown benchmark 'nosuch'" in capsys.readouterr().err
 
 
+def test_the_bench_lists_name_every_benchmark_once() -> None:
+    """`make bench`, `make bench-full` and the report run the same benchmarks: every
+    perf/bench_*.py script, none twice (a new script left out of the lists is never run)."""
+    scripts = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "perf").glob("bench_*.py"))
+    assert sorted(report.BENCHES) == scripts
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
+    line = next(x for x in makefile.splitlines() if x.startswith("BENCHES ?="))
+    assert tuple(line.split("?=", 1)[1].split()) == report.BENCHES
+
+
+def test_every_benchmark_has_a_quick_size() -> None:
+    for name in report.BENCHES:
+        text = (ROOT / "perf" / f"bench_{name}.py").read_text(encoding="utf-8")
+        assert '"--quick"' in text, name
+
+
 def test_export_writes_the_raw_timings_as_pyperf_suites(tmp_path: Path) -> None:
     suite = {"version": "1.0", "benchmarks": [{"runs": [{"values": [1e-6]}]}]}
     quick = _with({"timings": suite, "size": "quick"})  # quick runs' timings export too
