@@ -3,9 +3,11 @@
 Every function here works on ``bytes`` and produces exactly the bytes Kafka Streams produces
 (see ``docs/formats.md``). Two implementations sit behind one API:
 
-* **batch functions** (plural names: ``window_keys``, ``convert_values``...) call the C library
-  ``txstore._codecs`` once for a whole list (:mod:`txstore.codecs._native`, the only module
-  that touches the C library);
+* **batch functions** (plural names: ``window_keys``, ``convert_values``...) take a whole list:
+  those where C wins (varints, ``partitions_for_keys``, the column codecs) call the C library
+  ``txstore._codecs`` once for it (:mod:`txstore.codecs._native`, the only module that touches
+  the C library); the others map the single-item function (:mod:`txstore.codecs.batches`),
+  since making one object per item costs more than a cffi batch saves;
 * **single-item functions** use whichever implementation ``perf/bench_codecs.py`` measured
   faster on one item. A cffi call costs 90-450 ns with its argument conversion, so short
   layouts (``key + struct.pack``) stay in Python and only murmur2 goes to C.
@@ -34,14 +36,16 @@ from txstore.codecs._common import (
     ValueFormat,
 )
 from txstore.codecs._native import (
-    convert_values,
     decode_varints,
     encode_varints,
-    extract_session_keys,
-    extract_window_keys,
     murmur2,
     partition_for_key,
     partitions_for_keys,
+)
+from txstore.codecs.batches import (
+    convert_values,
+    extract_session_keys,
+    extract_window_keys,
     segment_ids,
     session_keys,
     split_values,

@@ -4,10 +4,11 @@ A cffi call costs 90-450 ns with its argument conversion, against ~20 ns per ite
 the C library is called once per *list*: items are packed into one buffer plus a lengths array
 (``-1`` for ``None``), and the result is cut back into ``bytes`` objects with one ``struct``
 call. ``perf/bench_codecs.py`` measures every function here against a pure-Python loop: the
-compute-heavy ones (murmur2, varints) are 7-28x faster, while layouts that Python builds with
-one concatenation per item are bound by the cost of creating the output objects and gain
-little or nothing (see ``docs/formats.md``). Single-item ``murmur2`` lives here too, since
-it is the one single-item codec where C wins.
+compute-heavy ones (murmur2, varints) are 7-28x faster, and the column codecs, which make no
+object per item, 8-13x. The list-returning batches of layouts that Python builds with one
+concatenation per item lost to a comprehension here (0.34-0.9x): they are in
+:mod:`txstore.codecs.batches`, mapping the single-item codecs. Single-item ``murmur2`` lives
+here too, since it is the one single-item codec where C wins.
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
-from itertools import repeat
 from typing import Any, cast
 
 import txstore._codecs as _codecs
 from txstore.codecs._common import (
     INT_MAX,
-    LONG_MAX,
     ValueFormat,
     _array,
     _as_bytes,
@@ -140,149 +139,6 @@ def decode_varints(buf: bytes) -> list[int]:
     if count < 0:
         raise _fail(count, "varints")
     return _ints("i", out, count)
-
-
-def convert_values(
-    raws: Sequence[bytes | None], src: ValueFormat, dst: ValueFormat
-) -> list[bytes | None]:
-    """Batch :func:`convert_value`, one C call for the whole list."""
-    src, dst = _format(src), _format(dst)
-    data, lens, c_lens = _pack("value", raws)
-    n = len(lens)
-    cap = _lib.txc_convert_bound(len(data), n) + 1
-    out = _new_output("uint8_t[]", cap)
-    out_lens = _ffi.new("int64_t[]", n)
-    c_data, c_lens_p = _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens)
-    total = _lib.txc_convert_batch(src, dst, c_data, c_lens_p, n, out, cap, out_lens)
-    if total < 0:
-        raise _fail(total, f"{src.name} values")
-    return _unpack(out, total, out_lens, n)
-
-
-def split_values(
-    fmt: ValueFormat, raws: Sequence[bytes | None]
-) -> list[tuple[bytes, int | None, bytes] | None]:
-    """Batch :func:`split_value`; ``None`` items give ``None``."""
-    fmt = _format(fmt)
-    data, lens, c_lens = _pack("value", raws)
-    n = len(lens)
-    parts = _ffi.new("int64_t[]", 6 * n + 1)
-    bad = _ffi.new("int64_t *")
-    r = _lib.txc_split_batch(
-        fmt, _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens), n, parts, bad
-    )
-    if r < 0:
-        raise _fail(r, f"{fmt.name} value at index {bad[0]}")
-    # 6 int64 per item (hoff, hlen, has_ts, ts, voff, vlen), read as columns by strided array
-    # slices: no Python int is made for the columns that are not used.
-    p = array("q")
-    p.frombytes(_ffi.buffer(parts, 48 * n))
-    ts_column: Iterable[int | None] = p[3::6] if fmt.has_timestamp else repeat(None, n)
-    return [
-        None if vlen < 0 else (data[voff : voff + vlen], ts, data[hoff : hoff + hlen])
-        for hoff, hlen, ts, voff, vlen in zip(
-            p[0::6], p[1::6], ts_column, p[4::6], p[5::6], strict=True
-        )
-    ]
-
-
-def window_keys(
-    keys: Sequence[bytes], timestamps: Sequence[int], seqs: Sequence[int] | None = None
-) -> list[bytes]:
-    """Batch :func:`window_key` in one C call."""
-    n = len(keys)
-    if len(timestamps) != n or (seqs is not None and len(seqs) != n):
-        raise InvalidArgumentError("keys, timestamps and seqs must have the same length")
-    data, lens, c_lens = _pack("key", keys)
-    if -1 in lens:
-        raise InvalidArgumentError("a window key cannot be None")
-    ts = _c_ints("q", "timestamps", timestamps)
-    sq = _c_ints("i", "seqs", seqs) if seqs is not None else bytes(4 * n)
-    cap = len(data) + 12 * n
-    out = _new_output("uint8_t[]", cap + 1)
-    total = _lib.txc_window_keys_encode_batch(
-        _ffi.from_buffer(data),
-        _ffi.from_buffer("int64_t[]", c_lens),
-        _ffi.from_buffer("int64_t[]", ts),
-        _ffi.from_buffer("int32_t[]", sq),
-        n,
-        out,
-        cap,
-    )
-    if total < 0:
-        raise _fail(total, "window keys")
-    return _cut(_ffi.buffer(out, total), [x + 12 for x in lens])
-
-
-def extract_window_keys(raws: Sequence[bytes]) -> list[tuple[bytes, int, int]]:
-    """Batch :func:`extract_window_key` in one C call."""
-    data, lens, c_lens = _pack("window store key", raws)
-    n = len(lens)
-    klens = _ffi.new("int64_t[]", n + 1)
-    ts = _ffi.new("int64_t[]", n + 1)
-    sq = _ffi.new("int32_t[]", n + 1)
-    r = _lib.txc_window_keys_extract_batch(
-        _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens), n, klens, ts, sq
-    )
-    if r < 0:
-        raise _fail(r, "window store keys")
-    # Every raw is >= 12 bytes (C checked): its key is all but its last 12 bytes.
-    keys = _cut(data, lens, 12)
-    return list(zip(keys, _ints("q", ts, n), _ints("i", sq, n), strict=True))
-
-
-def session_keys(keys: Sequence[bytes], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
-    """Batch :func:`session_key` in one C call."""
-    n = len(keys)
-    if len(starts) != n or len(ends) != n:
-        raise InvalidArgumentError("keys, starts and ends must have the same length")
-    data, lens, c_lens = _pack("key", keys)
-    if -1 in lens:
-        raise InvalidArgumentError("a session key cannot be None")
-    cap = len(data) + 16 * n
-    out = _new_output("uint8_t[]", cap + 1)
-    total = _lib.txc_session_keys_encode_batch(
-        _ffi.from_buffer(data),
-        _ffi.from_buffer("int64_t[]", c_lens),
-        _ffi.from_buffer("int64_t[]", _c_ints("q", "ends", ends)),
-        _ffi.from_buffer("int64_t[]", _c_ints("q", "starts", starts)),
-        n,
-        out,
-        cap,
-    )
-    if total < 0:
-        raise _fail(total, "session keys")
-    return _cut(_ffi.buffer(out, total), [x + 16 for x in lens])
-
-
-def extract_session_keys(raws: Sequence[bytes]) -> list[tuple[bytes, int, int]]:
-    """Batch :func:`extract_session_key` in one C call."""
-    data, lens, c_lens = _pack("session store key", raws)
-    n = len(lens)
-    klens = _ffi.new("int64_t[]", n + 1)
-    ends = _ffi.new("int64_t[]", n + 1)
-    starts = _ffi.new("int64_t[]", n + 1)
-    r = _lib.txc_session_keys_extract_batch(
-        _ffi.from_buffer(data), _ffi.from_buffer("int64_t[]", c_lens), n, klens, ends, starts
-    )
-    if r < 0:
-        raise _fail(r, "session store keys")
-    # Every raw is >= 16 bytes (C checked): its key is all but its last 16 bytes.
-    keys = _cut(data, lens, 16)
-    return list(zip(keys, _ints("q", starts, n), _ints("q", ends, n), strict=True))
-
-
-def segment_ids(timestamps: Sequence[int], interval: int) -> list[int]:
-    """Batch :func:`segment_id` in one C call."""
-    if type(interval) is not int or not 1 <= interval <= LONG_MAX:
-        raise InvalidArgumentError(f"segment interval must be an int >= 1, got {interval!r}")
-    n = len(timestamps)
-    ts = _c_ints("q", "timestamps", timestamps)
-    out = array("q", bytes(8 * n))
-    _lib.txc_segment_ids_batch(
-        _ffi.from_buffer("int64_t[]", ts), n, interval, _ffi.from_buffer("int64_t[]", out)
-    )
-    return out.tolist()
 
 
 #: ``allocate(nbytes)`` for a column's data: any writable buffer of at least ``nbytes``.

@@ -1,7 +1,7 @@
 """Window and session store keys, their range bounds, windowed serde keys and segment ids.
 
-Single-item, pure-Python paths (``key + struct.pack``); batch forms are in
-:mod:`txstore.codecs._native`. Layouts and bound rules: ``docs/formats.md``.
+Single-item, pure-Python paths (``key + struct.pack``) behind C builtins; batch forms are in
+:mod:`txstore.codecs.batches`. Layouts and bound rules: ``docs/formats.md``.
 
 Argument checks cost nothing when the arguments are good: ``struct`` already rejects a
 non-int or out-of-range number and a short buffer, and ``bytes + x`` a non-bytes key, so the

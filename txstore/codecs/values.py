@@ -2,7 +2,7 @@
 
 These are the single-item paths: for one short item Python's ``bytes`` concatenation and
 ``struct`` beat a cffi call (``perf/bench_codecs.py`` shows both). The batch forms are in
-:mod:`txstore.codecs._native`.
+:mod:`txstore.codecs.batches` and :mod:`txstore.codecs._native`.
 
 Every function checks its input, at no cost when the input is good: the work is done inside
 ``try`` by operations that already reject bad input (``struct`` a non-int or out-of-range
