@@ -201,10 +201,138 @@ static int merge_staged(struct wctx *w, PyObject *staged, Py_ssize_t *si, const 
     return 0;
 }
 
+/* ---- the row scan both readers share --------------------------------------------------
+ *
+ * One key's rows between lo and hi (inclusive) over a py-lmdb cursor: set_range(lo), then key,
+ * value and next called as the cursor type's methods. Reading key, then value, then moving on
+ * costs less than iterating the cursor (no iterator object, no (key, value) tuple, and the
+ * value of the row past the range is never copied). Rows of another length between the bounds
+ * (another key's) are skipped; more than `limit` of them hand over to the general path. */
+struct rowscan {
+    PyObject *cursor, *m_key, *m_value, *m_next;
+    const char *hi;
+    Py_ssize_t row_len, limit, skipped;
+};
+
+/* Position s on the first row at or after lo (stolen). 1: there may be rows; 0: none; -1:
+ * error. Takes its own references to the cursor methods (py-lmdb releases the GIL in its
+ * calls, and another thread may meet a cursor of another type meanwhile and replace the cached
+ * ones): scan_close releases them, whatever this returned. */
+static int scan_open(struct rowscan *s, PyObject *cursor, PyObject *lo) {
+    s->m_key = s->m_value = s->m_next = NULL;
+    if (lo == NULL) return -1;
+    if (cursor_methods(cursor) < 0) {
+        Py_DECREF(lo);
+        return -1;
+    }
+    s->cursor = cursor;
+    s->m_key = d_key, s->m_value = d_value, s->m_next = d_next;
+    Py_INCREF(s->m_key);
+    Py_INCREF(s->m_value);
+    Py_INCREF(s->m_next);
+    PyObject *found = PyObject_CallFunctionObjArgs(d_set_range, cursor, lo, NULL);
+    Py_DECREF(lo);
+    int more = found == NULL ? -1 : PyObject_IsTrue(found);
+    Py_XDECREF(found);
+    return more;
+}
+
+static void scan_close(struct rowscan *s) {
+    Py_XDECREF(s->m_key);
+    Py_XDECREF(s->m_value);
+    Py_XDECREF(s->m_next);
+}
+
+/* Move to the next row. 1: there may be one; 0: the end of the database; -1: error. */
+static int scan_next(struct rowscan *s) {
+    PyObject *next = PyObject_CallFunctionObjArgs(s->m_next, s->cursor, NULL);
+    if (next == NULL) return -1;
+    int more = PyObject_IsTrue(next);
+    Py_DECREF(next);
+    return more;
+}
+
+/* The key of the next row of the scanned key at or after the cursor, skipping other keys'
+ * rows. 1: *key (a new reference) with its bytes k[0:*kn]; 0: the range ended; 2: the general
+ * path (more than `limit` rows skipped); -1: error. */
+static int scan_key(struct rowscan *s, int more, PyObject **key, char **k, Py_ssize_t *kn) {
+    for (; more > 0; more = scan_next(s)) {
+        *key = PyObject_CallFunctionObjArgs(s->m_key, s->cursor, NULL);
+        if (*key == NULL) return -1;
+        if (need_bytes(*key, "key") || PyBytes_AsStringAndSize(*key, k, kn) < 0) {
+            Py_DECREF(*key);
+            return -1;
+        }
+        if (cmp_keys(*k, *kn, s->hi, s->row_len) > 0) { /* past hi: the range ends */
+            Py_DECREF(*key);
+            return 0;
+        }
+        if (*kn == s->row_len) return 1;
+        Py_DECREF(*key); /* another key's row between the bounds: skipped, a few */
+        if (++s->skipped > s->limit) return 2;
+    }
+    return more; /* 0 at the end of the database, -1 on error */
+}
+
+/* The stored value of the row at the cursor (a new reference), its bytes *v[0:*vn] checked
+ * and stripped of the trailer when `sealed` (ChecksumError naming `key` on a mismatch, as
+ * unseal); NULL on error. */
+static PyObject *scan_value(struct rowscan *s, PyObject *key, const char *k, Py_ssize_t kn, int sealed,
+                            char **v, Py_ssize_t *vn) {
+    PyObject *stored = PyObject_CallFunctionObjArgs(s->m_value, s->cursor, NULL);
+    if (stored == NULL || need_bytes(stored, "value") || PyBytes_AsStringAndSize(stored, v, vn) < 0) {
+        Py_XDECREF(stored);
+        return NULL;
+    }
+    if (sealed) {
+        const char *bad = *vn < 4                                              ? "value shorter than its 4-byte checksum"
+                          : get_le32(*v + *vn - 4) != entry_crc(k, kn, *v, *vn - 4) ? "checksum mismatch"
+                                                                                    : NULL;
+        if (bad != NULL) {
+            fail(key, bad);
+            Py_DECREF(stored);
+            return NULL;
+        }
+        *vn -= 4;
+    }
+    return stored;
+}
+
+/* The checks both readers make of their output type; its allocator, or NULL with an error. */
+static allocfunc kv_allocator(PyObject *kv_type) {
+    if (!PyType_Check(kv_type) || !PyType_IsSubtype((PyTypeObject *)kv_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "kv_type must be a tuple subclass");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)kv_type, Py_tp_alloc);
+    if (alloc == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "kv_type has no allocator");
+    return alloc;
+}
+
+/* The list a reader returns for its last result r: the list (0), None for the general path
+ * (1), or NULL on error (-1); the list is released unless returned. */
+static PyObject *scan_result(PyObject *out, int r) {
+    if (r == 0 || out == NULL) return out;
+    Py_DECREF(out);
+    if (r < 0) return NULL;
+    Py_INCREF(Py_None);
+    return Py_None;
+}
+
+/* The key bytes of a reader's call, at most WINDOW_KEY_MAX long; 0, or -1 with an error. */
+static int row_key(PyObject *key, const char *what, char **kp, Py_ssize_t *key_len) {
+    if (need_bytes(key, "key") || PyBytes_AsStringAndSize(key, kp, key_len) < 0) return -1;
+    if (*key_len > WINDOW_KEY_MAX) {
+        PyErr_Format(PyExc_ValueError, "key too long for a %s row", what);
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *txs_window_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (want_args(nargs, 9, "window_items")) return NULL;
-    PyObject *cursor = args[0], *wkey = args[1], *kv_type = args[5], *decode = args[6], *staged = args[8];
+    PyObject *cursor = args[0], *kv_type = args[5], *decode = args[6], *staged = args[8];
     long long t_from = PyLong_AsLongLong(args[2]);
     if (t_from == -1 && PyErr_Occurred()) return NULL;
     long long t_to = PyLong_AsLongLong(args[3]);
@@ -215,15 +343,9 @@ PyObject *txs_window_items(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (sealed < 0) return NULL;
     char *kp;
     Py_ssize_t key_len;
-    if (need_bytes(wkey, "key") || PyBytes_AsStringAndSize(wkey, &kp, &key_len) < 0) return NULL;
-    if (key_len > WINDOW_KEY_MAX) {
-        PyErr_SetString(PyExc_ValueError, "key too long for a window row");
-        return NULL;
-    }
-    if (!PyType_Check(kv_type) || !PyType_IsSubtype((PyTypeObject *)kv_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "kv_type must be a tuple subclass");
-        return NULL;
-    }
+    if (row_key(args[1], "window", &kp, &key_len) < 0) return NULL;
+    allocfunc alloc = kv_allocator(kv_type);
+    if (alloc == NULL) return NULL;
     if (decode != Py_None && !PyCallable_Check(decode)) {
         PyErr_SetString(PyExc_TypeError, "decode must be None or callable");
         return NULL;
@@ -232,120 +354,51 @@ PyObject *txs_window_items(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "staged must be None or a list");
         return NULL;
     }
-    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)kv_type, Py_tp_alloc);
-    if (alloc == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "kv_type has no allocator");
-        return NULL;
-    }
     /* the bounds: lo = key || L(from) || I(0), hi = key || L(to) || I(INT_MAX) */
-    Py_ssize_t row_len = key_len + 12, hn = row_len;
+    Py_ssize_t row_len = key_len + 12;
     char hp[WINDOW_KEY_MAX + 12];
     memcpy(hp, kp, (size_t)key_len);
     put_be64(hp + key_len, t_from);
     memset(hp + key_len + 8, 0, 4);
     PyObject *lo = PyBytes_FromStringAndSize(hp, row_len);
-    if (lo == NULL) return NULL;
     put_be64(hp + key_len, t_to);
     hp[key_len + 8] = 0x7f;
     memset(hp + key_len + 9, 0xff, 3);
 
-    /* Reading key, then value, then moving on costs less than iterating the cursor (no
-     * iterator object, no (key, value) tuple, and the value of the row past the range is never
-     * copied). */
-    if (cursor_methods(cursor) < 0) {
-        Py_DECREF(lo);
-        return NULL;
-    }
-    /* own references: py-lmdb releases the GIL in its calls, and another thread may meet a
-     * cursor of another type meanwhile and replace the cached methods */
-    PyObject *m_key = d_key, *m_value = d_value, *m_next = d_next;
-    Py_INCREF(m_key);
-    Py_INCREF(m_value);
-    Py_INCREF(m_next);
-    PyObject *found = PyObject_CallFunctionObjArgs(d_set_range, cursor, lo, NULL);
-    Py_DECREF(lo);
+    struct rowscan s = {NULL, NULL, NULL, NULL, hp, row_len, limit, 0};
     struct wctx w = {NULL, kv_type, decode, alloc, key_len, row_len, limit};
     Py_ssize_t si = 0; /* the next staged row */
-    int r = 0, same = 0;
-    Py_ssize_t skipped = 0;
-    int more = found == NULL ? -1 : PyObject_IsTrue(found);
-    Py_XDECREF(found);
-    if (more < 0) goto error;
-    w.out = PyList_New(0);
-    if (w.out == NULL) goto error;
-    while (more) {
-        PyObject *key = PyObject_CallFunctionObjArgs(m_key, cursor, NULL);
-        if (key == NULL) goto error;
-        char *k, *v;
-        Py_ssize_t kn, vn;
-        if (need_bytes(key, "key") || PyBytes_AsStringAndSize(key, &k, &kn) < 0) {
-            Py_DECREF(key);
-            goto error;
-        }
-        if (cmp_keys(k, kn, hp, hn) > 0) { /* past hi: the range ends */
-            Py_DECREF(key);
-            break;
-        }
-        if (kn != row_len) { /* another key's row between the bounds: skipped, a few */
-            Py_DECREF(key);
-            if (++skipped > limit) {
-                r = 1;
-                break;
-            }
-            goto advance;
-        }
+    int same = 0;
+    int r = scan_open(&s, cursor, lo);
+    if (r >= 0) w.out = PyList_New(0);
+    if (w.out == NULL) r = -1;
+    PyObject *key;
+    char *k, *v;
+    Py_ssize_t kn, vn;
+    while (r >= 0 && (r = scan_key(&s, r, &key, &k, &kn)) == 1) {
         r = merge_staged(&w, staged, &si, k, kn, &same);
         if (r != 0 || same) { /* the general path, an error, or a staged row replaced it */
             Py_DECREF(key);
             if (r) break;
             same = 0;
         } else {
-            PyObject *stored = PyObject_CallFunctionObjArgs(m_value, cursor, NULL);
-            if (stored == NULL || need_bytes(stored, "value") || PyBytes_AsStringAndSize(stored, &v, &vn) < 0) {
-                Py_XDECREF(stored);
-                Py_DECREF(key);
-                goto error;
-            }
-            if (sealed) {
-                const char *bad = vn < 4 ? "value shorter than its 4-byte checksum"
-                                  : get_le32(v + vn - 4) != entry_crc(k, kn, v, vn - 4) ? "checksum mismatch"
-                                                                                          : NULL;
-                if (bad != NULL) {
-                    fail(key, bad);
-                    Py_DECREF(stored);
-                    Py_DECREF(key);
-                    goto error;
-                }
-                vn -= 4;
-            }
+            PyObject *stored = scan_value(&s, key, k, kn, sealed, &v, &vn);
             long long start = get_be64(k + key_len);
             Py_DECREF(key);
+            if (stored == NULL) {
+                r = -1;
+                break;
+            }
             r = append_item(&w, start, v, vn, sealed ? NULL : stored);
             Py_DECREF(stored);
             if (r) break;
         }
-    advance:;
-        PyObject *next = PyObject_CallFunctionObjArgs(m_next, cursor, NULL);
-        if (next == NULL) goto error;
-        more = PyObject_IsTrue(next);
-        Py_DECREF(next);
-        if (more < 0) goto error;
+        r = scan_next(&s);
     }
+    if (r == 2) r = 1; /* skipped too many rows: the general path */
     if (r == 0) r = merge_staged(&w, staged, &si, NULL, 0, &same); /* staged rows after the last */
-    if (r < 0) goto error;
-    if (r > 0) {
-        Py_DECREF(w.out);
-        Py_INCREF(Py_None);
-        w.out = Py_None;
-    }
-done:
-    Py_DECREF(m_key);
-    Py_DECREF(m_value);
-    Py_DECREF(m_next);
-    return w.out;
-error:
-    Py_CLEAR(w.out);
-    goto done;
+    scan_close(&s);
+    return scan_result(w.out, r);
 }
 
 /* session_items(cursor, key, end_from, start_to, limit, kv_type, make, key_obj, decode, sealed)
@@ -359,7 +412,7 @@ error:
 PyObject *txs_session_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (want_args(nargs, 10, "session_items")) return NULL;
-    PyObject *cursor = args[0], *skey = args[1], *kv_type = args[5], *make = args[6], *key_obj = args[7];
+    PyObject *cursor = args[0], *kv_type = args[5], *make = args[6], *key_obj = args[7];
     PyObject *decode = args[8];
     long long end_from = PyLong_AsLongLong(args[2]);
     if (end_from == -1 && PyErr_Occurred()) return NULL;
@@ -371,91 +424,39 @@ PyObject *txs_session_items(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (sealed < 0) return NULL;
     char *kp;
     Py_ssize_t key_len;
-    if (need_bytes(skey, "key") || PyBytes_AsStringAndSize(skey, &kp, &key_len) < 0) return NULL;
-    if (key_len > WINDOW_KEY_MAX) {
-        PyErr_SetString(PyExc_ValueError, "key too long for a session row");
-        return NULL;
-    }
-    if (!PyType_Check(kv_type) || !PyType_IsSubtype((PyTypeObject *)kv_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "kv_type must be a tuple subclass");
-        return NULL;
-    }
+    if (row_key(args[1], "session", &kp, &key_len) < 0) return NULL;
+    allocfunc alloc = kv_allocator(kv_type);
+    if (alloc == NULL) return NULL;
     if (!PyCallable_Check(make) || (decode != Py_None && !PyCallable_Check(decode))) {
         PyErr_SetString(PyExc_TypeError, "make must be callable, decode None or callable");
         return NULL;
     }
-    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)kv_type, Py_tp_alloc);
-    if (alloc == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "kv_type has no allocator");
-        return NULL;
-    }
-    Py_ssize_t row_len = key_len + 16, hn = row_len;
+    Py_ssize_t row_len = key_len + 16;
     char hp[WINDOW_KEY_MAX + 16];
     memcpy(hp, kp, (size_t)key_len);
     put_be64(hp + key_len, end_from);
     memset(hp + key_len + 8, 0, 8);
     PyObject *lo = PyBytes_FromStringAndSize(hp, row_len);
-    if (lo == NULL) return NULL;
     put_be64(hp + key_len, 0x7fffffffffffffffLL);
     put_be64(hp + key_len + 8, start_to);
-    if (cursor_methods(cursor) < 0) {
-        Py_DECREF(lo);
-        return NULL;
-    }
-    PyObject *m_key = d_key, *m_value = d_value, *m_next = d_next;
-    Py_INCREF(m_key);
-    Py_INCREF(m_value);
-    Py_INCREF(m_next);
-    PyObject *found = PyObject_CallFunctionObjArgs(d_set_range, cursor, lo, NULL);
-    Py_DECREF(lo);
+
+    struct rowscan s = {NULL, NULL, NULL, NULL, hp, row_len, limit, 0};
     struct wctx w = {NULL, kv_type, decode, alloc, key_len, row_len, limit};
-    int r = 0;
-    Py_ssize_t skipped = 0;
-    int more = found == NULL ? -1 : PyObject_IsTrue(found);
-    Py_XDECREF(found);
-    if (more < 0) goto error;
-    w.out = PyList_New(0);
-    if (w.out == NULL) goto error;
-    while (more) {
-        PyObject *key = PyObject_CallFunctionObjArgs(m_key, cursor, NULL);
-        if (key == NULL) goto error;
-        char *k, *v;
-        Py_ssize_t kn, vn;
-        if (need_bytes(key, "key") || PyBytes_AsStringAndSize(key, &k, &kn) < 0) {
-            Py_DECREF(key);
-            goto error;
-        }
-        if (cmp_keys(k, kn, hp, hn) > 0) { /* past hi: the range ends */
-            Py_DECREF(key);
-            break;
-        }
-        if (kn != row_len) { /* another key's row between the bounds: skipped, a few */
-            Py_DECREF(key);
-            if (++skipped > limit) {
-                r = 1;
-                break;
-            }
-            goto advance;
-        }
+    int r = scan_open(&s, cursor, lo);
+    if (r >= 0) w.out = PyList_New(0);
+    if (w.out == NULL) r = -1;
+    PyObject *key;
+    char *k, *v;
+    Py_ssize_t kn, vn;
+    while (r >= 0 && (r = scan_key(&s, r, &key, &k, &kn)) == 1) {
         long long end = get_be64(k + key_len), start = get_be64(k + key_len + 8);
+        r = 0;
         if (start <= start_to) {
-            PyObject *stored = PyObject_CallFunctionObjArgs(m_value, cursor, NULL);
-            if (stored == NULL || need_bytes(stored, "value") || PyBytes_AsStringAndSize(stored, &v, &vn) < 0) {
-                Py_XDECREF(stored);
+            PyObject *stored = scan_value(&s, key, k, kn, sealed, &v, &vn);
+            if (stored == NULL) {
                 Py_DECREF(key);
-                goto error;
-            }
-            if (sealed) {
-                const char *bad = vn < 4 ? "value shorter than its 4-byte checksum"
-                                  : get_le32(v + vn - 4) != entry_crc(k, kn, v, vn - 4) ? "checksum mismatch"
-                                                                                          : NULL;
-                if (bad != NULL) {
-                    fail(key, bad);
-                    Py_DECREF(stored);
-                    Py_DECREF(key);
-                    goto error;
-                }
-                vn -= 4;
+                r = -1;
+                break;
             }
             PyObject *ps = PyLong_FromLongLong(start), *pe = PyLong_FromLongLong(end);
             PyObject *kobj = ps == NULL || pe == NULL ? NULL : PyObject_CallFunctionObjArgs(make, key_obj, ps, pe, NULL);
@@ -463,32 +464,16 @@ PyObject *txs_session_items(PyObject *self, PyObject *const *args, Py_ssize_t na
             Py_XDECREF(pe);
             r = append_pair(&w, kobj, v, vn, sealed ? NULL : stored);
             Py_DECREF(stored);
-        } else if (++skipped > limit) { /* a session starting too late: skipped, a few */
+        } else if (++s.skipped > limit) { /* a session starting too late: skipped, a few */
             r = 1;
         }
         Py_DECREF(key);
         if (r) break;
-    advance:;
-        PyObject *next = PyObject_CallFunctionObjArgs(m_next, cursor, NULL);
-        if (next == NULL) goto error;
-        more = PyObject_IsTrue(next);
-        Py_DECREF(next);
-        if (more < 0) goto error;
+        r = scan_next(&s);
     }
-    if (r < 0) goto error;
-    if (r > 0) {
-        Py_DECREF(w.out);
-        Py_INCREF(Py_None);
-        w.out = Py_None;
-    }
-done:
-    Py_DECREF(m_key);
-    Py_DECREF(m_value);
-    Py_DECREF(m_next);
-    return w.out;
-error:
-    Py_CLEAR(w.out);
-    goto done;
+    if (r == 2) r = 1;
+    scan_close(&s);
+    return scan_result(w.out, r);
 }
 
 
