@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from txstore import codecs
 from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.changelog.layer import ChangeLoggingKeyValueBytesStore
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.checksums import ChecksumError, unseal
@@ -366,21 +367,22 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         stored_format: ValueFormat | None = None,
     ) -> None:
         super().__init__(inner, key_serde, codec, stored_format)
-        # Bytes in, bytes stored, on a plain transactional bytes store (no change logging, no
-        # upgrade): a put goes straight to the overlay, one call instead of three, and a get
+        # Bytes in, bytes stored, on a plain transactional bytes store (no upgrade): a get
         # reads the overlay and then the writer's read transaction of an LMDB partition (see
         # PartitionReads.writer_txn) as BytesKeyValueStore.get and Partition.get do, in one
-        # call.
-        self._ov = (
-            inner.db_overlay
-            if type(inner) is BytesKeyValueStore and self._raw_keys and self._raw_values
-            else None
-        )
-        if self._ov is not None:
-            p = inner.partition
+        # call; a task's store reads the bytes store under its change logging, which forwards
+        # reads unchanged. A put goes straight to the overlay, one call instead of three, on a
+        # store without change logging only (a task's puts are logged).
+        raw = self._raw_keys and self._raw_values
+        reader = inner.inner if type(inner) is ChangeLoggingKeyValueBytesStore else inner
+        self._ov = inner.db_overlay if raw and type(inner) is BytesKeyValueStore else None
+        self._get_ov = reader.db_overlay if raw and type(reader) is BytesKeyValueStore else None
+        self._reader = reader
+        if self._get_ov is not None:
+            p = reader.partition
             self._committed_get = p.get
             self._lmdb: Partition | None = p if type(p) is Partition else None
-            self._db = inner.db
+            self._db = reader.db
 
     def get(self, key: K) -> V | None:
         """The value of ``key``, or ``None``, uncommitted writes included.
@@ -391,13 +393,13 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
         tier on a miss. Raises :class:`~txstore.errors.InvalidArgumentError` for a ``None``,
         empty or oversized key.
         """
-        ov = self._ov
+        ov = self._get_ov
         k: Any = key
         if (
             ov is not None
             and type(k) is bytes
             and 0 < len(k) <= MAX_KEY_SIZE
-            and self._inner.is_open
+            and self._reader.is_open
         ):
             v = ov.mem.get(k, NOT_FOUND)
             if v is NOT_FOUND:
