@@ -288,7 +288,7 @@ class Partition(PartitionWrites):
                 rows = self.sealed(list(cur.iternext()))
                 cur.putmulti(rows)
                 count[0] += len(rows)
-            txn.put(FLAG_KEY, FLAG_VALUE, db=self._meta)
+            txn.put(FLAG_KEY, FLAG_VALUE, db=self._write_handle(txn, META_DB))
 
         try:
             size = os.path.getsize(os.path.join(str(self.path), "data", "data.mdb"))
@@ -370,8 +370,8 @@ class Partition(PartitionWrites):
             for db in dbs:
                 self._drop_in(txn, db)
             for name in names:
-                txn.delete(META_PREFIX + name.encode(), db=self._meta)
-                txn.delete(OFFSET_PREFIX + name.encode(), db=self._meta)
+                txn.delete(META_PREFIX + name.encode(), db=self._write_handle(txn, META_DB))
+                txn.delete(OFFSET_PREFIX + name.encode(), db=self._write_handle(txn, META_DB))
 
         self._write(fn, True, 0)
         self.damaged_at_open = {db for db in self.damaged_at_open if db not in dbs}
