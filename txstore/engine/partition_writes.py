@@ -35,6 +35,16 @@ from txstore.errors import StorageError, TxStoreError
 __all__ = ["PartitionWrites"]
 
 
+def put_columns(cur: Any, keys: list[bytes], values: list[bytes]) -> None:
+    """Put sorted, distinct ``keys`` with their ``values`` through a write cursor: one
+    ``putmulti`` over ``zip`` (one reused tuple, no object a row), appended when every key sorts
+    after the database's last (then LMDB's count of rows added is checked)."""
+    append = not cur.last() or cur.key() < keys[0]
+    _, added = cur.putmulti(zip(keys, values, strict=True), True, True, append)
+    if append and added != len(keys):
+        raise StorageError(f"LMDB append wrote {added} of {len(keys)} rows: keys not sorted")
+
+
 class PartitionWrites(PartitionReads):
     """The writes of an LMDB partition, on top of its reads;
     :class:`~txstore.engine.partition.Partition` adds the lifecycle (never used on its own)."""
@@ -225,6 +235,11 @@ class PartitionWrites(PartitionReads):
             for ov in dbs:
                 if ov.dropped:
                     self._drop_in(txn, ov.name)
+                columns = ov.sorted_columns(seal=self.checksums)
+                if columns is not None:  # the common case: puts only, in memory
+                    if columns[0]:
+                        put_columns(txn.cursor(self._write_handle(txn, ov.name)), *columns)
+                    continue
                 chunks = ov.sorted_chunks(seal=self.checksums)  # sealed as self.sealed does
                 first = next(chunks, None)
                 if first is not None:
