@@ -10,12 +10,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.engine import partition_writes
 from txstore.engine.lmdb_sizing import (
     MIN_DBI_TABLE,
     SNAPSHOT_WAIT_S,
@@ -143,24 +143,35 @@ def test_table_cannot_grow_past_max_dbs(tmp_path: Path) -> None:
         assert len(p.store_names()) == 19
 
 
-def test_snapshots_are_waited_for_then_invalidated(tmp_path: Path) -> None:
+def test_snapshots_are_waited_for_then_invalidated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An unforced growth waits for no snapshot (it tries again at a later commit); a forced one
-    waits up to SNAPSHOT_WAIT_S for open snapshots, then reopens and invalidates them."""
+    waits for open snapshots to close (up to SNAPSHOT_WAIT_S), then reopens and invalidates
+    them. The wait is set long for the first part and short for the second, so that neither
+    depends on how fast the machine is."""
+    assert SNAPSHOT_WAIT_S > 0
+    monkeypatch.setattr(partition_writes, "SNAPSHOT_WAIT_S", 60.0)
     with Partition(tmp_path / "p", sync=False) as p:
         s0 = _filled(p)
         snap = s0.snapshot()
         for i in range(12):  # 14 databases: past the headroom of 16, the growth is deferred
             BytesKeyValueStore(f"n{i}", p)
         assert p.info()["dbi_table"] == 16 and snap.get(_key(3)) == b"v3"
-        closer = threading.Timer(0.2, snap.close)  # another thread closes it while we wait
+        seen: list[bytes | None] = []
+
+        def read_then_close() -> None:  # raises if the reopen did not wait for the close
+            seen.append(snap.get(_key(3)))
+            snap.close()
+
+        closer = threading.Timer(0.2, read_then_close)  # another thread, while we wait
         closer.start()
-        t0 = time.monotonic()
-        for i in range(12, 15):
+        for i in range(12, 15):  # 17 databases: the table is full, the growth is forced
             BytesKeyValueStore(f"n{i}", p)
         closer.join()
-        assert p.info()["dbi_table"] == 32 and time.monotonic() - t0 < SNAPSHOT_WAIT_S
+        assert seen == [b"v3"] and p.info()["dbi_table"] == 32
+        monkeypatch.setattr(partition_writes, "SNAPSHOT_WAIT_S", 0.05)
         held = s0.snapshot()
-        assert p.info()["dbi_table"] == 32
         for i in range(15, 31):  # fills 32: forced, held past the wait
             BytesKeyValueStore(f"n{i}", p)
         assert p.info()["dbi_table"] == 64
