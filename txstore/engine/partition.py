@@ -148,8 +148,9 @@ class Partition(PartitionWrites):
     the databases one operation needs at once (a snapshot: all of them); it need not hold every
     segment a long-lived reader ever reads: a read-only partition reopens its environment when
     its table of handles fills (see :mod:`txstore.engine.lmdb_env`), the writer frees a slot with
-    each
-    segment drop.
+    each segment drop. A writable environment opens with a smaller table sized from the
+    databases in its file and grows it, up to ``max_dbs``, by reopening between write
+    transactions (:mod:`txstore.engine.lmdb_sizing`: ~40 KiB less memory per partition).
     """
 
     persistent = True
