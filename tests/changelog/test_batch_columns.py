@@ -47,7 +47,9 @@ def frame_of(
     return Frame(0, T_BATCH, flags, 3, pad + body + pad, len(pad), len(body), True)
 
 
-def records(seed: int, n: int, *, tombstones: bool, headers: bool) -> tuple[list, ...]:
+def records(
+    seed: int, n: int, *, tombstones: bool, headers: bool
+) -> tuple[list[bytes], list[bytes | None], list[int], list[bytes]]:
     rng = random.Random(seed)
     keys = [rng.randbytes(rng.randrange(1, 40)) for _ in range(n)]
     values: list[bytes | None] = [rng.randbytes(rng.randrange(0, 300)) for _ in range(n)]
