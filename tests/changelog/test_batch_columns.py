@@ -5,8 +5,11 @@ report as a ``ChangelogCorruptionError`` naming the file and offset)."""
 
 from __future__ import annotations
 
+import os
 import random
 import struct
+import zlib
+from pathlib import Path
 
 import pytest
 
@@ -14,11 +17,15 @@ from txstore.changelog.format import (
     BATCH_FIXED_SIZE,
     F_HEADERS,
     F_SPARSE,
+    HEADER_SIZE,
     T_BATCH,
     Frame,
+    FrameReader,
     batch_frame,
     decode_batch,
 )
+from txstore.changelog.log import FileChangelog
+from txstore.errors import ChangelogCorruptionError
 
 
 def frame_of(
@@ -118,3 +125,39 @@ def test_columns_not_adding_up_raise_value_error(column: int, fmt: str, value: i
         decode_batch(frame)
     with pytest.raises(ValueError, match="do not add up"):
         decode_batch(frame, keys_only=True)
+
+
+def test_a_batch_with_a_valid_checksum_but_bad_columns_is_corruption(tmp_path: Path) -> None:
+    """A record batch whose checksum matches but whose value lengths do not add up (a writer
+    bug, a crafted file): reading the records raises ChangelogCorruptionError naming the
+    segment and the batch, and the file is not changed."""
+    log_dir = tmp_path / "log"
+    with FileChangelog(log_dir, fsync=False) as log:
+        log.append_many([(b"k%d" % i, None if i % 3 else b"v" * i, 10 + i) for i in range(9)])
+        log.commit(1)
+    seg = log_dir / "00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        reader = FrameReader(fd)
+        frame = reader.next()
+        while isinstance(frame, Frame) and frame.ftype != T_BATCH:
+            frame = reader.next()
+    finally:
+        os.close(fd)
+    assert isinstance(frame, Frame)
+    start = frame.pos + HEADER_SIZE + BATCH_FIXED_SIZE + 8 * 9 + 4 * 9  # the value lengths
+    struct.pack_into("<i", data, start + 4 * 4, -2)
+    end = frame.pos + HEADER_SIZE + frame.blen
+    data[frame.pos + 4 : frame.pos + 8] = zlib.crc32(data[frame.pos + 8 : end]).to_bytes(
+        4, "little"
+    )
+    seg.write_bytes(bytes(data))
+    with (
+        FileChangelog(log_dir, fsync=False, readonly=True) as log,
+        pytest.raises(ChangelogCorruptionError, match="malformed record batch") as err,
+        log.read_committed(0) as it,
+    ):
+        list(it)
+    assert err.value.path == str(seg)
+    assert seg.read_bytes() == bytes(data)
