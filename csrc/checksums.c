@@ -325,6 +325,9 @@ static PyMethodDef methods[] = {
     {"restore_rows", (PyCFunction)(void (*)(void))txs_restore_rows, METH_FASTCALL,
      "restore_rows(keys, values, timestamps, headers, fmt, seal, max_key) -> (puts, deletes): "
      "the last record of each key, sorted, converted and sealed (see csrc/restore_rows.c)"},
+    {"decode_columns", (PyCFunction)(void (*)(void))txs_decode_columns, METH_FASTCALL,
+     "decode_columns(buf, pos, end, n, has_headers, keys_only) -> (timestamps, keys, values, "
+     "headers, nbytes): the columns of a changelog batch (see csrc/changelog_columns.c)"},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, "crc32c(data, crc=0) -> int"},
     {"set_hardware", py_set_hardware, METH_O,
      "set_hardware(on) -> previous: use the CPU's CRC32C instruction when on and available "

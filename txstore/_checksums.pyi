@@ -1,5 +1,5 @@
 # Types of the C extension txstore._checksums (csrc/checksums.c, rows.c, window_reader.c,
-# restore_rows.c); see txstore.engine.checksums.
+# restore_rows.c, changelog_columns.c); see txstore.engine.checksums.
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +24,9 @@ def restore_rows(
     max_key: int,
     /,
 ) -> tuple[list[bytes], list[bytes], list[bytes]]: ...
+def decode_columns(
+    buf: bytes, pos: int, end: int, n: int, has_headers: int, keys_only: bool, /
+) -> tuple[tuple[int, ...], list[bytes], list[bytes | None], list[bytes], int]: ...
 def crc32c(data: bytes, crc: int = 0, /) -> int: ...
 def set_hardware(on: bool, /) -> bool: ...
 def hardware() -> bool: ...

@@ -71,9 +71,9 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, pairwise
 from typing import Final
 
+from txstore._checksums import decode_columns
 from txstore.errors import ChangelogCorruptionError
 
 MAGIC: Final = b"TXCL"
@@ -107,8 +107,6 @@ U32_MAX: Final = 2**32 - 1
 MAX_BODY: Final = U32_MAX
 #: The reader reads the file in chunks of at least this many bytes.
 READ_CHUNK: Final = 1 << 20
-
-_S_CODES: Final = [f"{n}s" for n in range(1024)]
 
 
 # --------------------------------------------------------------------------- writing
@@ -337,21 +335,6 @@ def batch_info(frame: Frame) -> BatchInfo:
     return BatchInfo(base, n, max_ts, horizon, last)
 
 
-def _cut(buf: bytes, pos: int, lens: Sequence[int]) -> list[bytes]:
-    """Cut ``buf`` from ``pos`` into consecutive items of ``lens`` bytes. One uncached struct
-    format builds every item in C when the items are short (~2x a slicing comprehension)."""
-    n = len(lens)
-    if not n:
-        return []
-    first = lens[0]
-    if lens.count(first) == n:
-        return list(struct.Struct(f"{first}s" * n).unpack_from(buf, pos))
-    if max(lens) < 1024:
-        return list(struct.Struct("".join(map(_S_CODES.__getitem__, lens))).unpack_from(buf, pos))
-    ends = list(accumulate(lens, initial=pos))
-    return [buf[a:b] for a, b in pairwise(ends)]
-
-
 @dataclass(frozen=True, slots=True)
 class Columns:
     """A decoded batch, as columns."""
@@ -371,7 +354,9 @@ def decode_batch(frame: Frame, *, keys_only: bool = False) -> Columns:
 
     Raises ``ValueError`` or ``struct.error`` if the columns do not add up to the body: the
     caller turns that into a :class:`ChangelogCorruptionError` with the file and offset.
-    ``keys_only`` leaves values and headers empty (compaction's first pass).
+    ``keys_only`` leaves values and headers empty (compaction's first pass). The
+    per-record columns are cut in one C call (``decode_columns``, csrc/changelog_columns.c):
+    one object per item, no ``struct`` format compiled per batch.
     """
     buf, o, blen = frame.buf, frame.boff, frame.blen
     end = o + blen
@@ -387,43 +372,10 @@ def decode_batch(frame: Frame, *, keys_only: bool = False) -> Columns:
         offsets = [base + d for d in deltas]
     else:
         offsets = range(base, base + n)
-    timestamps = struct.unpack_from(f"<{n}q", buf, p)
-    p += 8 * n
-    klens = struct.unpack_from(f"<{n}I", buf, p)
-    p += 4 * n
-    vlens = struct.unpack_from(f"<{n}i", buf, p)
-    p += 4 * n
-    has_headers = frame.flags & F_HEADERS
-    if has_headers:
-        hlens = struct.unpack_from(f"<{n}I", buf, p)
-        p += 4 * n
-    ksum = sum(klens)
-    tombstones = -1 in vlens
-    vsum = sum(vlens) + vlens.count(-1) if tombstones else sum(vlens)
-    hsum = sum(hlens) if has_headers else 0
-    if p + ksum + vsum + hsum != end or min(vlens) < -1:
-        raise ValueError("batch columns do not add up to its length")
-    keys = _cut(buf, p, klens)
-    if keys_only:
-        return Columns(offsets, keys, [], timestamps, (), horizon, max_ts)
-    p += ksum
-    values: list[bytes | None]
-    if tombstones:  # cut the tombstones as empty values, then set them to None
-        lens = list(vlens)
-        dead = []
-        i = -1
-        for _ in range(vlens.count(-1)):
-            i = vlens.index(-1, i + 1)
-            lens[i] = 0
-            dead.append(i)
-        values = list(_cut(buf, p, lens))
-        for i in dead:
-            values[i] = None
-    else:
-        values = list(_cut(buf, p, vlens))
-    p += vsum
-    headers: Sequence[bytes] = _cut(buf, p, hlens) if has_headers else [b""] * n
-    return Columns(offsets, keys, values, timestamps, headers, horizon, max_ts, ksum + vsum + hsum)
+    timestamps, keys, values, headers, nbytes = decode_columns(
+        buf, p, end, n, frame.flags & F_HEADERS, keys_only
+    )
+    return Columns(offsets, keys, values, timestamps, headers, horizon, max_ts, nbytes)
 
 
 _FRAME_PROBLEMS: Final = {
