@@ -114,13 +114,10 @@ def index_chunk(
     the sublists, in C) and the rows ``zip(keys, map(mem.__getitem__, keys))``, where
     ``irange`` yields key by key from a Python generator. O(log N + n)."""
     lo, hi = rng.lo, rng.hi
-    if lo is None:
-        a = 0
-    else:
+    a, b = 0, len(index)
+    if lo is not None:
         a = index.bisect_left(lo) if rng.lo_inclusive else index.bisect_right(lo)
-    if hi is None:
-        b = len(index)
-    else:
+    if hi is not None:
         b = index.bisect_right(hi) if rng.hi_inclusive else index.bisect_left(hi)
     if a >= b:
         return [], None
@@ -130,7 +127,7 @@ def index_chunk(
         b = min(b, a + n)
     keys: list[bytes] = index[a:b]
     frontier = None if b - a < n else keys[0] if reverse else keys[-1]
-    return list(zip(keys, map(mem.__getitem__, keys))), frontier
+    return list(zip(keys, map(mem.__getitem__, keys), strict=True)), frontier
 
 
 class DbOverlay:
