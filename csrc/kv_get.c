@@ -33,10 +33,11 @@
 
 static PyObject *str_is_open, *str_writer_txn, *str_writer_handles, *str_checksums, *str_get;
 
-/* A store's get state. The last writer transaction and handle dict seen are kept with the
+/* A store's get state. The last writer transaction seen is kept with its handle dict, the
  * transaction's bound `get` and a reusable argument tuple (key, None, handle): while the
- * partition keeps the same transaction and handle dict (it replaces them, never changes them
- * in place), a get makes no bound method, looks up no handle and allocates no tuple. Holding
+ * partition keeps the same transaction (it replaces it and its handle dict together, never
+ * changes them in place), a get makes no bound method, looks up no handle and allocates no
+ * tuple. Holding
  * the bound method holds the transaction object (an ended one until the next get reads the new
  * one), never an LMDB transaction: the partition still ends it as before. */
 typedef struct {
@@ -161,13 +162,21 @@ static PyObject *kv_get(PyObject *self, PyObject *key) {
     if (layered != Py_False) return fallback(g, key);
 
     PyObject *txn = PyDict_GetItemWithError(g->part, str_writer_txn);
-    PyObject *handles = txn == NULL ? NULL : PyDict_GetItemWithError(g->part, str_writer_handles);
-    PyObject *sealed = handles == NULL ? NULL : PyDict_GetItemWithError(g->part, str_checksums);
+    PyObject *sealed = txn == NULL ? NULL : PyDict_GetItemWithError(g->part, str_checksums);
     if (sealed == NULL || txn == Py_None || (sealed != Py_True && sealed != Py_False)) {
         if (PyErr_Occurred()) return NULL;
         return fallback(g, key);
     }
-    if (txn != g->txn || handles != g->handles) {
+    if (txn != g->txn) {
+        /* The partition sets writer_handles with each new writer_txn (the handles of the
+         * databases as they were when it began) and never changes either in place: the same
+         * transaction object (held by the cache, so never a new one at the same address)
+         * means the same handle dict. */
+        PyObject *handles = PyDict_GetItemWithError(g->part, str_writer_handles);
+        if (handles == NULL || Py_TYPE(handles) != &PyDict_Type) {
+            if (PyErr_Occurred()) return NULL;
+            return fallback(g, key);
+        }
         int r = refill(g, txn, handles);
         if (r <= 0) return r < 0 ? NULL : fallback(g, key);
     }

@@ -215,3 +215,18 @@ def test_random_sequence_matches_the_python_path(tmp_path: Path) -> None:
             got = s.get(k)
             assert got == py(k) == model.get(k), step
         s.commit(changelog_offset=offset)
+
+
+def test_a_store_opened_after_the_first_read_gets_its_own_handle(tmp_path: Path) -> None:
+    with txstore.open(tmp_path / "p") as db:
+        s = db.key_value_store("s", Serdes.bytes(), Serdes.bytes())
+        s.put(b"a", b"from-s")
+        s.commit(changelog_offset=0)
+        assert s.get(b"a") == b"from-s"  # the writer's read transaction began without "t"
+        t = db.key_value_store("t", Serdes.bytes(), Serdes.bytes())
+        assert t.get(b"a") is None
+        t.put(b"a", b"from-t")
+        t.commit(changelog_offset=0)
+        assert t.get(b"a") == b"from-t" and s.get(b"a") == b"from-s"
+        u = db.key_value_store("u", Serdes.bytes(), Serdes.bytes())  # never committed to
+        assert u.get(b"a") is None and s.get(b"a") == b"from-s"
