@@ -321,6 +321,8 @@ static PyMethodDef methods[] = {
     {"sort_rows", (PyCFunction)(void (*)(void))txs_sort_rows, METH_FASTCALL,
      "sort_rows(mapping, seal) -> the (key, value) rows of a dict of bytes keys (values bytes or "
      "None) in key order, a new list; values sealed if seal (None stays None)"},
+    {"sort_columns", (PyCFunction)(void (*)(void))txs_sort_columns, METH_FASTCALL,
+     "sort_columns(mapping, seal) -> (keys, values): sort_rows's rows as two lists"},
     {"merge_rows", (PyCFunction)(void (*)(void))txs_merge_rows, METH_FASTCALL,
      "merge_rows(upper, lower, keep_tombstones) -> the rows of two ascending lists merged, upper "
      "winning on equal keys (txstore.engine.iterators.merge_rows)"},

@@ -1,5 +1,5 @@
 /* What the C files of the txstore._checksums extension share: csrc/checksums.c (the CRC32C
- * trailer, the module), csrc/rows.c (sort_rows, merge_rows), csrc/window_reader.c
+ * trailer, the module), csrc/rows.c (sort_rows, sort_columns, merge_rows), csrc/window_reader.c
  * (window_items, session_items), csrc/restore_rows.c (restore_rows), csrc/kv_get.c (kv_getter). */
 #ifndef TXSTORE_CHECKSUMS_H
 #define TXSTORE_CHECKSUMS_H
@@ -44,6 +44,7 @@ static inline uint32_t get_le32(const char *s) {
 PyObject *txs_fail(PyObject *key, const char *reason);
 /* The functions of csrc/rows.c and csrc/window_reader.c, in the module's method table. */
 PyObject *txs_sort_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *txs_sort_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_merge_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_window_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_session_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -21,9 +21,9 @@
  * them), each value sealed on the way when asked. Sorting in Python (``sorted(d.items(),
  * key=itemgetter(0))``) costs ~400 ns a row for 200k random 16-byte keys: every comparison is a
  * rich comparison of two bytes objects scattered in memory. Here the first 8 bytes of each key
- * are read once, in the dict's order, into a compact array with the row's address; a quicksort
- * of that array compares those 8-byte integers, and the whole keys (memcmp) only when they are
- * equal. The output rows are then built in key order, fetching each row's key and value a few
+ * are read once, in the dict's order, into a compact array with the row's address; a bucket
+ * pass on those 8-byte integers then a quicksort of each bucket (ix_sort_buckets) compare the
+ * whole keys (memcmp) only when the integers are equal. The output rows are then built in key order, fetching each row's key and value a few
  * rows ahead, so the tuples and sealed values the commit hands to LMDB lie in memory in the
  * order LMDB reads them. */
 
@@ -89,14 +89,68 @@ static void ix_sort(ix_t *ix, Py_ssize_t n) {
     }
 }
 
+/* Sort ix[0..n) by a bucket pass first: the 16 bits of the prefix below the highest bit in
+ * which the prefixes differ pick one of 65,536 buckets (a counting sort into tmp, then back),
+ * and each bucket is sorted on its own (insertion sort when small, ix_sort otherwise). For n
+ * random keys that is two sequential passes plus buckets of a few rows (sort_columns of 200k
+ * random 16-byte keys: 104 ns a row against 168 with ix_sort alone). Keys sharing their first
+ * bytes spread over the buckets by the bits that differ; skewed keys (a bucket holding many
+ * rows) cost what ix_sort costs on them. ix_sort alone below BUCKET_MIN_ROWS rows, or when the
+ * table cannot be allocated. */
+#define BUCKET_BITS 16
+#define BUCKET_MIN_ROWS 4096
+
+static void ix_sort_buckets(ix_t *ix, Py_ssize_t n) {
+    if (n < BUCKET_MIN_ROWS) {
+        ix_sort(ix, n);
+        return;
+    }
+    uint64_t first = ix[0].pfx, diff = 0;
+    for (Py_ssize_t i = 1; i < n; i++) diff |= ix[i].pfx ^ first;
+    if (diff == 0) { /* every prefix equal: only the whole keys tell */
+        ix_sort(ix, n);
+        return;
+    }
+    int top = 63 - __builtin_clzll(diff); /* highest bit in which some prefix differs */
+    int shift = top + 1 - BUCKET_BITS;
+    if (shift < 0) shift = 0;
+    size_t nb = (size_t)1 << BUCKET_BITS;
+    Py_ssize_t *start = PyMem_Calloc(nb + 1, sizeof(Py_ssize_t));
+    ix_t *tmp = PyMem_Malloc(sizeof(ix_t) * (size_t)n);
+    if (start == NULL || tmp == NULL) {
+        PyMem_Free(start);
+        PyMem_Free(tmp);
+        ix_sort(ix, n);
+        return;
+    }
+    uint64_t mask = nb - 1;
+    for (Py_ssize_t i = 0; i < n; i++) start[((ix[i].pfx >> shift) & mask) + 1]++;
+    for (size_t b = 0; b < nb; b++) start[b + 1] += start[b];
+    /* start[b] is now where bucket b begins; fill, moving each start to its bucket's end */
+    for (Py_ssize_t i = 0; i < n; i++) tmp[start[(ix[i].pfx >> shift) & mask]++] = ix[i];
+    memcpy(ix, tmp, sizeof(ix_t) * (size_t)n);
+    Py_ssize_t from = 0;
+    for (size_t b = 0; b < nb; b++) {
+        Py_ssize_t to = start[b]; /* the end of bucket b */
+        if (to - from > 1) ix_sort(ix + from, to - from);
+        from = to;
+    }
+    PyMem_Free(start);
+    PyMem_Free(tmp);
+}
+
 #define PREFETCH_AHEAD 8
 
-PyObject *txs_sort_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (want_args(nargs, 2, "sort_rows")) return NULL;
+/* sort_rows (columns 0): a list of (key, value) tuples; sort_columns (columns 1): a tuple of
+ * two lists, the keys and the values, for a cursor putmulti over zip(keys, values), which
+ * reuses one tuple: no tuple a row to make, track (a tuple is a GC object: 200k of them set off
+ * collections of the young generation) and free. */
+static PyObject *sort_impl(PyObject *const *args, Py_ssize_t nargs, int columns) {
+    const char *name = columns ? "sort_columns" : "sort_rows";
+    if (want_args(nargs, 2, name)) return NULL;
     PyObject *mapping = args[0];
     if (!PyDict_Check(mapping)) {
-        PyErr_SetString(PyExc_TypeError, "sort_rows() takes a dict");
+        PyErr_Format(PyExc_TypeError, "%s() takes a dict", name);
         return NULL;
     }
     int seal = PyObject_IsTrue(args[1]);
@@ -130,9 +184,23 @@ PyObject *txs_sort_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         ix[m] = (ix_t){p, r};
         m++;
     }
-    ix_sort(ix, m);
-    out = PyList_New(m);
-    if (out == NULL) goto done;
+    ix_sort_buckets(ix, m);
+    PyObject *keys = NULL, *vals = NULL;
+    if (columns) {
+        keys = PyList_New(m);
+        vals = PyList_New(m);
+        out = keys && vals ? PyTuple_New(2) : NULL;
+        if (out == NULL) {
+            Py_XDECREF(keys);
+            Py_XDECREF(vals);
+            goto done;
+        }
+        PyTuple_SetItem(out, 0, keys); /* steals: out owns both lists */
+        PyTuple_SetItem(out, 1, vals);
+    } else {
+        out = PyList_New(m);
+        if (out == NULL) goto done;
+    }
     /* Pass 2, in key order: the rows and their objects are read out of order, so fetch them
      * ahead (the row, then its key and value). */
     for (Py_ssize_t i = 0; i < m; i++) {
@@ -165,6 +233,12 @@ PyObject *txs_sort_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (k == NULL) goto fail;
         Py_DECREF(r->k);
         r->k = k;
+        if (columns) {
+            PyList_SetItem(keys, i, r->k); /* steal the row's references */
+            PyList_SetItem(vals, i, r->v);
+            r->k = r->v = NULL;
+            continue;
+        }
         PyObject *t = PyTuple_New(2);
         if (t == NULL) goto fail;
         PyTuple_SetItem(t, 0, r->k); /* steals the row's references */
@@ -183,6 +257,16 @@ done:
     PyMem_Free(rows);
     PyMem_Free(ix);
     return out;
+}
+
+PyObject *txs_sort_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return sort_impl(args, nargs, 0);
+}
+
+PyObject *txs_sort_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return sort_impl(args, nargs, 1);
 }
 
 /* ---- merge_rows: a merged scan's chunk of an upper tier over a lower one -----------------

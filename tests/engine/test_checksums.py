@@ -30,6 +30,7 @@ from txstore.engine.checksums import (
     seal,
     seal_rows,
     set_hardware,
+    sort_columns,
     sort_rows,
     unseal,
     unseal_rows,
@@ -135,6 +136,35 @@ def test_sort_rows_sorts_a_dict_bytewise_and_seals_in_the_same_pass() -> None:
         sort_rows({b"a": 1}, False)  # type: ignore[dict-item]
     with pytest.raises(TypeError):
         sort_rows([(b"a", b"1")], False)  # type: ignore[arg-type]
+
+
+def test_sort_rows_and_sort_columns_past_the_bucket_pass() -> None:
+    """From 4,096 rows the sort starts with a bucket pass on 16 bits of the 8-byte prefixes:
+    random keys, keys sharing their first bytes (the buckets come from the bits that differ),
+    keys shorter than 8 bytes (zero-padded prefixes tied with longer keys), one 8-byte prefix
+    for all, and prefixes differing only in their last bits, in both outputs."""
+    rng = random.Random(27)
+    shapes = {
+        "random": lambda i: rng.randbytes(16),
+        "shared head": lambda i: b"\x00\x00\x00store" + rng.randbytes(rng.randrange(0, 6)),
+        "short": lambda i: rng.randbytes(rng.randrange(1, 9)),
+        "one prefix": lambda i: b"12345678" + rng.randbytes(3),
+        "low bits": lambda i: bytes(7) + bytes([rng.randrange(256)]) + rng.randbytes(2),
+        "skewed": lambda i: (b"a" * 8 if i % 2 else rng.randbytes(8)) + rng.randbytes(4),
+    }
+    for name, make in shapes.items():
+        staged: dict[bytes, bytes | None] = {}
+        i = 0
+        while len(staged) < 6000:
+            staged[make(i)] = rng.randbytes(rng.randrange(0, 12))
+            i += 1
+        expected = sorted(staged.items())
+        assert sort_rows(staged, False) == expected, name
+        keys, values = sort_columns(staged, True)
+        assert keys == [k for k, _ in expected], name
+        assert values == [seal(k, v) for k, v in expected if v is not None], name
+    with pytest.raises(TypeError, match="sort_columns"):
+        sort_columns([(b"a", b"1")], False)  # type: ignore[arg-type]
 
 
 def test_a_new_partition_stores_trailers_and_records_its_flag(written: Path) -> None:

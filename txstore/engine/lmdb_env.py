@@ -19,6 +19,7 @@ from txstore.engine.base import AtomicReads, PartitionBase, fork_generation
 from txstore.engine.iterators import KeyRange, Row, no_rows, read_lmdb_chunk
 from txstore.engine.lmdb_errors import lmdb_error
 from txstore.engine.lmdb_files import check_data_file
+from txstore.engine.lmdb_sizing import initial_dbi_table, tune_malloc
 from txstore.errors import InvalidArgumentError, InvalidStateStoreError, StorageError
 
 __all__ = [
@@ -201,25 +202,37 @@ def acquire_env(
             sh.refs += 1
             return sh
         check_data_file(os.path.join(data, "data.mdb"), readonly)
-        try:
-            env = lmdb.open(
-                data,
-                map_size=map_size,
-                max_dbs=max_dbs,
-                max_readers=max_readers,
-                subdir=True,
-                readonly=readonly,
-                create=not readonly,
-                sync=sync,
-                lock=lock or not readonly,
-                max_spare_txns=0,  # spare read txns break the parent after a fork
-            )
-        except lmdb.Error as exc:
-            err = lmdb_error(exc, data)
-            if type(err) is StorageError:
-                err = StorageError(f"cannot open LMDB environment {data!r}: {exc}")
-            raise err from exc
+        if not readonly:
+            tune_malloc()  # before LMDB allocates its lists (see txstore.engine.lmdb_sizing)
+        # A writable environment opens with a small dbi table (lmdb_sizing), reopened at once
+        # if the file already holds more named databases than it leaves room for.
+        table = max_dbs if readonly else initial_dbi_table(0, max_dbs)
+        while True:
+            try:
+                env = lmdb.open(
+                    data,
+                    map_size=map_size,
+                    max_dbs=table,
+                    max_readers=max_readers,
+                    subdir=True,
+                    readonly=readonly,
+                    create=not readonly,
+                    sync=sync,
+                    lock=lock or not readonly,
+                    max_spare_txns=0,  # spare read txns break the parent after a fork
+                )
+                need = table if readonly else initial_dbi_table(env.stat()["entries"], max_dbs)
+            except lmdb.Error as exc:
+                err = lmdb_error(exc, data)
+                if type(err) is StorageError:
+                    err = StorageError(f"cannot open LMDB environment {data!r}: {exc}")
+                raise err from exc
+            if need <= table:
+                break
+            env.close()
+            table = need
         sh = SharedEnv(key, env, not readonly)
+        sh.table = table
         sh.open_args = {
             "path": data,
             "map_size": map_size,
@@ -311,6 +324,9 @@ class SharedEnv:
         # however often it is opened); ``generation`` counts reopens of ``env``.
         self.open_args: dict[str, Any] = {}
         self.max_dbs = DEFAULT_MAX_DBS
+        #: Slots of ``env``'s dbi table: ``max_dbs`` for a read-only environment, a writable
+        #: one starts smaller and grows (see :mod:`txstore.engine.lmdb_sizing`).
+        self.table = DEFAULT_MAX_DBS
         self.reopen_at = dbi_reopen_threshold(DEFAULT_MAX_DBS)
         self.slots: set[bytes] = set()
         self.generation = 0
@@ -353,7 +369,7 @@ class SharedEnv:
                 self.publish({db: h})
             return h
 
-    def _snapshots_open(self) -> bool:
+    def snapshots_open(self) -> bool:
         """True if a snapshot begun on the current ``env`` is open (one invalidated by an
         earlier reopen, but not closed yet, does not count: it reads nothing more)."""
         gen = self.generation
@@ -366,7 +382,7 @@ class SharedEnv:
         return (
             len(self.slots) >= self.reopen_at
             and not self.writable_env
-            and not self._snapshots_open()
+            and not self.snapshots_open()
         )
 
     def relieve(self) -> None:
@@ -378,7 +394,7 @@ class SharedEnv:
         over the new environment. The writer's read transaction never uses a read-only
         environment."""
         with self.gate.exclusive(invalidate=False):
-            if len(self.slots) >= self.reopen_at and not self._snapshots_open():
+            if len(self.slots) >= self.reopen_at and not self.snapshots_open():
                 self._reopen()
 
     def reopen_full(self, generation: int) -> None:

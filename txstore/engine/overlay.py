@@ -53,7 +53,7 @@ from typing import Final
 from sortedcontainers import SortedList
 
 from txstore import faults
-from txstore.engine.checksums import seal_rows, sort_rows
+from txstore.engine.checksums import seal_rows, sort_columns, sort_rows
 from txstore.engine.iterators import (
     KeyRange,
     MergedSource,
@@ -314,6 +314,16 @@ class DbOverlay:
         ``seal_rows`` (every comparison of the sort reads two bytes objects scattered in
         memory, and the seal then reads them again in key order)."""
         return sort_rows(self.mem, seal)
+
+    def sorted_columns(self, seal: bool = False) -> tuple[list[bytes], list[bytes]] | None:
+        """All staged rows as two lists in ascending key order, keys and values (sealed if
+        ``seal``), for a cursor ``putmulti`` over ``zip``; None unless they are the memory
+        tier's alone and none is a delete (then :meth:`sorted_chunks`). One C pass, as
+        :meth:`_sorted_rows`, without a tuple a row."""
+        if self._merged is not None or self.tombstones:
+            return None
+        keys, values = sort_columns(self.mem, seal)
+        return keys, values  # type: ignore[return-value]  # no None: no tombstone staged
 
     @property
     def may_hold_tombstones(self) -> bool:

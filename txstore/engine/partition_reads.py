@@ -476,7 +476,8 @@ class PartitionReads(PartitionBase):
 
     def info(self) -> dict[str, Any]:
         """Environment figures: map size, last transaction id, reader slots in use, path; and
-        this process's table of named-database handles: its size (``max_dbs``), the slots in
+        this process's table of named-database handles: its limit (``max_dbs``), its size now
+        (``dbi_table``: a writable environment starts smaller and grows), the slots in
         use (``dbi_slots``) and how often a read-only environment was reopened to release them
         (``dbi_reopens``)."""
         self.check_usable()
@@ -489,6 +490,7 @@ class PartitionReads(PartitionBase):
             "last_txnid": info["last_txnid"],
             "num_readers": info["num_readers"],
             "max_dbs": sh.max_dbs,
+            "dbi_table": sh.table,
             "dbi_slots": sh.slots_used(),
             "dbi_reopens": sh.generation,
         }

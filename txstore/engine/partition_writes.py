@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lmdb
 
 from txstore import faults
+from txstore.engine.base import META_DB
 from txstore.engine.checksums import seal_rows
 from txstore.engine.iterators import Row
 from txstore.engine.lmdb_env import (
@@ -26,10 +28,21 @@ from txstore.engine.lmdb_env import (
     apply_rows,
 )
 from txstore.engine.lmdb_errors import lmdb_error
+from txstore.engine.lmdb_sizing import SNAPSHOT_WAIT_S, grown_dbi_table, table_needs_growth
 from txstore.engine.partition_reads import PartitionReads
 from txstore.errors import StorageError, TxStoreError
 
 __all__ = ["PartitionWrites"]
+
+
+def put_columns(cur: Any, keys: list[bytes], values: list[bytes]) -> None:
+    """Put sorted, distinct ``keys`` with their ``values`` through a write cursor: one
+    ``putmulti`` over ``zip`` (one reused tuple, no object a row), appended when every key sorts
+    after the database's last (then LMDB's count of rows added is checked)."""
+    append = not cur.last() or cur.key() < keys[0]
+    _, added = cur.putmulti(zip(keys, values, strict=True), True, True, append)
+    if append and added != len(keys):
+        raise StorageError(f"LMDB append wrote {added} of {len(keys)} rows: keys not sorted")
 
 
 class PartitionWrites(PartitionReads):
@@ -49,7 +62,10 @@ class PartitionWrites(PartitionReads):
         sh = self._sh
         assert sh is not None
         self._end_reader()
+        full = created = False
         while True:
+            if sh.failed is not None:
+                raise sh.failed
             with sh.gate.exclusive() if exclusive else contextlib.nullcontext():
                 try:
                     txn = sh.env.begin(write=True)
@@ -58,13 +74,20 @@ class PartitionWrites(PartitionReads):
                 try:
                     fn(txn)
                     txn.commit()
+                    created = bool(self._new_dbs)
                     sh.publish(self._new_dbs)
                     if self.write_generation is not None:
                         self.write_generation += 1
-                    return
+                    break
                 except lmdb.MapFullError:
                     with contextlib.suppress(lmdb.Error):
                         txn.abort()
+                except lmdb.DbsFullError as exc:
+                    with contextlib.suppress(lmdb.Error):
+                        txn.abort()
+                    if sh.table >= sh.max_dbs:
+                        raise self._write_error(exc) from exc
+                    full = True
                 except BaseException as exc:
                     with contextlib.suppress(lmdb.Error):
                         txn.abort()
@@ -76,7 +99,101 @@ class PartitionWrites(PartitionReads):
                     if self._dbi_locked:
                         self._dbi_locked = False
                         sh.dbi_lock.release()
-            self._grow(estimate)
+            if full:
+                full = False
+                self._grow_table(force=True)
+            else:
+                self._grow(estimate)
+        if created:
+            self._grow_table(force=False)
+
+    def _grow_table(self, force: bool) -> None:
+        """Reopen the environment with a larger dbi table (see
+        :mod:`txstore.engine.lmdb_sizing`) when its named databases leave too little room, or
+        (``force``) when a write transaction found it full. Called between write transactions
+        by the writer thread. A reopen waits for a moment with no snapshot open on the
+        environment: unforced, it does not wait (the table's headroom absorbs the databases
+        created meanwhile; the next commit that creates one tries again); forced, it waits up
+        to :data:`~txstore.engine.lmdb_sizing.SNAPSHOT_WAIT_S`, then invalidates them, as a
+        map resize does."""
+        sh = self._sh
+        assert sh is not None
+        try:
+            named = int(sh.env.stat()["entries"])
+        except lmdb.Error as exc:
+            raise self._write_error(exc) from exc
+        if not force and not table_needs_growth(named, sh.table, sh.max_dbs):
+            return
+        self._end_reader()
+        table = grown_dbi_table(named, sh.table, sh.max_dbs)
+        if force and not self._reopen_table(table, SNAPSHOT_WAIT_S):
+            self._reopen_table(table, -1.0)
+        elif not force:
+            self._reopen_table(table, 0.0)
+
+    def _reopen_table(self, table: int, wait_s: float) -> bool:
+        """Reopen a writable environment with a dbi table of ``table`` slots; returns whether
+        it did. The caller is the writer thread between write transactions, with its read
+        transaction ended. The gate is taken exclusively (no shared read in flight, none
+        begins) and the reopen waits, up to ``wait_s`` seconds, for a moment with no snapshot
+        open on the environment; past that (never, with ``wait_s`` 0) it gives up, or with a
+        negative ``wait_s`` it reopens anyway: snapshots begun on the old environment then
+        raise :class:`~txstore.errors.SnapshotInvalidatedError`, as after a map resize. Cost:
+        one close and open and a write transaction reopening the handles (~0.2 ms)."""
+        sh = self._sh
+        assert sh is not None
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        while True:
+            with sh.gate.exclusive(invalidate=False):
+                if sh.failed is not None:
+                    raise sh.failed
+                if wait_s < 0 or not sh.snapshots_open():
+                    sh.gate.epoch += 1
+                    self._reopen_writable(table)
+                    return True
+            if time.monotonic() >= deadline:
+                if wait_s >= 0:
+                    return False
+            else:
+                time.sleep(0.001)
+
+    def _reopen_writable(self, table: int) -> None:
+        """Close the environment and open it with ``table`` slots, the same map size (as grown)
+        and the handles that were open (readers and iterators look handles up by name: they
+        carry on). The writer lock and the clean-close marker are files of their own, held
+        meanwhile. A failed reopen leaves the partition unusable (``failed``)."""
+        sh = self._sh
+        assert sh is not None
+        old = sh.env
+        args = dict(sh.open_args)
+        path = args.pop("path")
+        with contextlib.suppress(lmdb.Error):
+            args["map_size"] = max(args["map_size"], old.info()["map_size"])
+        args["max_dbs"] = table
+        names = list(sh.dbs)
+        old.close()
+        sh.dbs = {}
+        sh.generation += 1
+        try:
+            env = sh.env = lmdb.open(
+                path, subdir=True, readonly=False, create=False, max_spare_txns=0, **args
+            )
+            # The handles open before stay open (their slots taken, as they were): a table
+            # never holds fewer slots than this process's open handles plus the headroom.
+            with env.begin(write=True) as txn:
+                handles = {}
+                for name in names:
+                    with contextlib.suppress(lmdb.NotFoundError):
+                        handles[name] = env.open_db(name, txn=txn, create=False)
+            sh.dbs = handles
+        except lmdb.Error as exc:
+            sh.failed = StorageError(
+                f"cannot reopen LMDB environment {path!r} (to grow its dbi table): {exc}; "
+                "open the partition again"
+            )
+            raise sh.failed from exc
+        sh.open_args["map_size"] = args["map_size"]
+        sh.table = table
 
     def _write_error(self, exc: lmdb.Error) -> TxStoreError:
         """The txstore error for an LMDB error of a write transaction (see
@@ -103,7 +220,7 @@ class PartitionWrites(PartitionReads):
         raw = json.dumps(meta, sort_keys=True).encode()
 
         def fn(txn: Any) -> None:
-            txn.put(META_PREFIX + name.encode(), raw, db=self._meta)
+            txn.put(META_PREFIX + name.encode(), raw, db=self._write_handle(txn, META_DB))
             self._write_handle(txn, self.db_name(name))
 
         self._write(fn, False, len(raw))
@@ -118,16 +235,26 @@ class PartitionWrites(PartitionReads):
             for ov in dbs:
                 if ov.dropped:
                     self._drop_in(txn, ov.name)
+                columns = ov.sorted_columns(seal=self.checksums)
+                if columns is not None:  # the common case: puts only, in memory
+                    if columns[0]:
+                        put_columns(txn.cursor(self._write_handle(txn, ov.name)), *columns)
+                    continue
                 chunks = ov.sorted_chunks(seal=self.checksums)  # sealed as self.sealed does
                 first = next(chunks, None)
                 if first is not None:
                     cur = txn.cursor(self._write_handle(txn, ov.name))
                     apply_chunks(cur, first, chunks, ov.may_hold_tombstones)
             faults.point("partition.mid_commit")  # data written, offsets not, txn not committed
-            for name, offset in offsets.items():
-                txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=self._meta)
+            self._put_offsets(txn, offsets)
 
         self._write(fn, exclusive, estimate)
+
+    def _put_offsets(self, txn: Any, offsets: Mapping[str, int]) -> None:
+        """Write the stores' committed ``offsets`` in the write transaction ``txn``."""
+        meta = self._write_handle(txn, META_DB)  # looked up: a table growth reopens handles
+        for name, offset in offsets.items():
+            txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=meta)
 
     def sealed(self, rows: list[Row]) -> list[Row]:
         """Rows a write transaction is about to put, each value with its checksum trailer on a
@@ -148,8 +275,7 @@ class PartitionWrites(PartitionReads):
                     apply_chunks(
                         txn.cursor(self._write_handle(txn, db)), self.sealed(rows), iter(())
                     )
-            for name, offset in offsets.items():
-                txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=self._meta)
+            self._put_offsets(txn, offsets)
 
         self._write(fn, False, estimate)
 
@@ -180,8 +306,7 @@ class PartitionWrites(PartitionReads):
                     raise StorageError(
                         f"LMDB append wrote {added} of {len(keys)} rows: keys not sorted"
                     )
-            for name, offset in offsets.items():
-                txn.put(OFFSET_PREFIX + name.encode(), OFFSET.pack(offset), db=self._meta)
+            self._put_offsets(txn, offsets)
 
         self._write(fn, False, estimate)
 
