@@ -21,8 +21,14 @@ STABLE_ABI = (
 #: their hot paths cannot afford a cffi call (see that file).
 CHECKSUMS = Extension(
     "txstore._checksums",
-    ["csrc/checksums.c", "csrc/rows.c", "csrc/window_reader.c", "csrc/restore_rows.c",
-     "csrc/changelog_columns.c"],
+    [
+        "csrc/checksums.c",
+        "csrc/rows.c",
+        "csrc/window_reader.c",
+        "csrc/restore_rows.c",
+        "csrc/changelog_columns.c",
+        "csrc/kv_get.c",
+    ],
     py_limited_api=STABLE_ABI,
     extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
 )

@@ -177,6 +177,10 @@ static PyObject *unseal_one(PyObject *key, PyObject *stored, int mine) {
 }
 
 
+PyObject *txs_unseal_owned(PyObject *key, PyObject *stored) { return unseal_one(key, stored, 1); }
+
+PyObject *txs_checksum_error(void) { return ChecksumError; }
+
 static PyObject *py_seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (want_args(nargs, 2, "seal")) return NULL;
@@ -339,6 +343,8 @@ static PyMethodDef methods[] = {
     {"session_items", (PyCFunction)(void (*)(void))txs_session_items, METH_FASTCALL,
      "session_items(cursor, key, end_from, start_to, limit, kv_type, make, key_obj, decode, sealed) "
      "-> the pairs of a short single-key session search, or None for the general path"},
+    {"kv_getter", txs_kv_getter, METH_O,
+     "kv_getter(state) -> a builtin get(key) for one key-value store (see csrc/kv_get.c)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -356,7 +362,7 @@ PyMODINIT_FUNC PyInit__checksums(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (txs_window_reader_init() < 0) {
+    if (txs_window_reader_init() < 0 || txs_kv_get_init() < 0) {
         Py_DECREF(m);
         return NULL;
     }

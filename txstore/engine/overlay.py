@@ -58,7 +58,6 @@ from txstore.engine.iterators import (
     KeyRange,
     MergedSource,
     Row,
-    read_sorted_chunk,
 )
 from txstore.engine.spill import (
     MERGE_FANOUT,
@@ -104,6 +103,31 @@ class SortedKeys(SortedList):  # type: ignore[misc]  # sortedcontainers ships no
         super().__init__(iterable)
         self.maxes = self._maxes
         self.lists = self._lists
+
+
+def index_chunk(
+    index: SortedKeys, mem: dict[bytes, bytes | None], rng: KeyRange, reverse: bool, n: int
+) -> tuple[list[Row], bytes | None]:
+    """What :func:`~txstore.engine.iterators.read_sorted_chunk` returns for a memory tier,
+    without a Python step per key: the range's two ends are positions found by bisection
+    (``SortedList.bisect_left``/``bisect_right``), its keys one slice of the index (copies of
+    the sublists, in C) and the rows ``zip(keys, map(mem.__getitem__, keys))``, where
+    ``irange`` yields key by key from a Python generator. O(log N + n)."""
+    lo, hi = rng.lo, rng.hi
+    a, b = 0, len(index)
+    if lo is not None:
+        a = index.bisect_left(lo) if rng.lo_inclusive else index.bisect_right(lo)
+    if hi is not None:
+        b = index.bisect_right(hi) if rng.hi_inclusive else index.bisect_left(hi)
+    if a >= b:
+        return [], None
+    if reverse:
+        a = max(a, b - n)
+    else:
+        b = min(b, a + n)
+    keys: list[bytes] = index[a:b]
+    frontier = None if b - a < n else keys[0] if reverse else keys[-1]
+    return list(zip(keys, map(mem.__getitem__, keys), strict=True)), frontier
 
 
 class DbOverlay:
@@ -340,7 +364,7 @@ class DbOverlay:
         """A chunk of the memory tier only (a :class:`ChunkSource` read)."""
         if not self.mem:
             return [], None
-        return read_sorted_chunk(self._sync_index(), self.mem, rng, reverse, n)
+        return index_chunk(self._sync_index(), self.mem, rng, reverse, n)
 
     def read_small(self, lo: bytes, hi: bytes, limit: int) -> list[Row] | None:
         """The staged rows of ``[lo, hi]`` (tombstones included) in ascending order, when

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import partial
+from types import MethodType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from txstore import codecs
@@ -27,7 +28,7 @@ from txstore.bytestores.kv import BytesKeyValueStore
 from txstore.changelog.layer import ChangeLoggingKeyValueBytesStore
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
-from txstore.engine.checksums import ChecksumError, unseal
+from txstore.engine.checksums import ChecksumError, kv_getter, unseal
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
 from txstore.engine.overlay import NOT_FOUND
 from txstore.engine.partition import Partition
@@ -383,6 +384,23 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
             self._committed_get = p.get
             self._lmdb: Partition | None = p if type(p) is Partition else None
             self._db = reader.db
+            if self._lmdb is not None and type(self).get is KeyValueStore.get:
+                # The same fast path without a Python frame: a C builtin reading the live
+                # state (the bytes store's and the partition's instance dicts, the overlay's
+                # slots) at each call, and calling this class's get for anything else (see
+                # csrc/kv_get.c); an instance attribute, so ``store.get`` is the builtin.
+                ov = self._get_ov
+                state = (
+                    vars(reader),
+                    ov,
+                    type(ov).__dict__["mem"],
+                    type(ov).__dict__["layered"],
+                    vars(self._lmdb),
+                    self._db,
+                    MethodType(KeyValueStore.get, self),
+                    MAX_KEY_SIZE,
+                )
+                setattr(self, "get", kv_getter(state))  # noqa: B010 (mypy: a method)
 
     def get(self, key: K) -> V | None:
         """The value of ``key``, or ``None``, uncommitted writes included.
