@@ -33,10 +33,12 @@ CHECKSUMS = Extension(
     extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
 )
 
-#: Single-item codec fast paths (csrc/fastpaths.c): C builtins, cheaper to call than Python.
+#: Single-item codec fast paths (csrc/fastpaths.c) and the column functions that read a list of
+#: bytes in place (csrc/columns.c, with the codecs of csrc/txcodecs.c): C builtins, cheaper to
+#: call than Python or cffi.
 FASTPATHS = Extension(
     "txstore._fastpaths",
-    ["csrc/fastpaths.c"],
+    ["csrc/fastpaths.c", "csrc/columns.c", "csrc/txcodecs.c"],
     py_limited_api=STABLE_ABI,
     extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
 )

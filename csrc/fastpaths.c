@@ -596,4 +596,10 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__fastpaths(void) { return PyModule_Create(&module); }
+extern PyMethodDef txcolumns_methods[]; /* csrc/columns.c */
+
+PyMODINIT_FUNC PyInit__fastpaths(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddFunctions(m, txcolumns_methods) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -524,54 +524,23 @@ static int column_item_ok(int64_t len, size_t total) {
     return len >= 0 && (uint64_t)len <= (uint64_t)INT32_MAX - total;
 }
 
-/* The input of a column function, in one of two forms: packed (data + lens, as the batch
- * functions take) or a marshal stream (`stream` != NULL: Python's marshal format version 2 of
- * a list or tuple of bytes, which Python writes in one C pass with no per-item object). */
+/* The input of a column function: packed items (data + lens, as the batch functions take).
+ * (A list of bytes is read in place by the builtins of csrc/columns.c instead.) */
 typedef struct {
     const uint8_t *data;
     const int64_t *lens;
-    const uint8_t *stream;
-    size_t len; /* the stream's length */
-    size_t pos; /* where the next item starts (in data or in stream) */
+    size_t pos; /* where the next item starts in data */
 } column_input;
 
-static uint32_t get_le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* The next item of `in` (the i-th): its bytes and length, or TXC_ERR_BAD_ARGUMENT for a null
- * or an item of another type, TXC_ERR_TRUNCATED for a stream that ends inside an item. `total`
- * is the column's length so far (for the 2 GiB limit). */
+ * (length -1). `total` is the column's length so far (for the 2 GiB limit). */
 static int next_item(column_input *in, size_t i, size_t total, const uint8_t **item,
                      size_t *len) {
-    int64_t l;
-    if (in->stream == NULL) {
-        l = in->lens[i];
-        if (!column_item_ok(l, total)) return TXC_ERR_BAD_ARGUMENT;
-        *item = in->data + in->pos;
-    } else {
-        if (in->len - in->pos < 5) return TXC_ERR_TRUNCATED;
-        const uint8_t *p = in->stream + in->pos;
-        if (p[0] != 's') return TXC_ERR_BAD_ARGUMENT; /* 'N' (None) or another type */
-        l = (int64_t)get_le32(p + 1);
-        if (!column_item_ok(l, total)) return TXC_ERR_BAD_ARGUMENT;
-        if ((size_t)l > in->len - in->pos - 5) return TXC_ERR_TRUNCATED;
-        in->pos += 5;
-        *item = in->stream + in->pos;
-    }
+    int64_t l = in->lens[i];
+    if (!column_item_ok(l, total)) return TXC_ERR_BAD_ARGUMENT;
+    *item = in->data + in->pos;
     in->pos += (size_t)l;
     *len = (size_t)l;
-    return 0;
-}
-
-/* A marshal stream's header: '[' or '(' and a little-endian int32 item count that must be n. */
-static int stream_start(column_input *in, const uint8_t *stream, size_t len, size_t n) {
-    memset(in, 0, sizeof *in);
-    in->stream = stream;
-    in->len = len;
-    if (len < 5 || (stream[0] != '[' && stream[0] != '(')) return TXC_ERR_BAD_ARGUMENT;
-    if (get_le32(stream + 1) != n) return TXC_ERR_BAD_ARGUMENT;
-    in->pos = 5;
     return 0;
 }
 
@@ -620,20 +589,6 @@ int64_t txc_split_columns(int fmt, const uint8_t *data, const int64_t *lens, siz
     header_offsets[0] = 0;
     return split_columns(fmt, &in, n, SIZE_MAX, values_out, value_offsets, timestamps,
                          headers_out, header_offsets, bad_index);
-}
-
-int64_t txc_split_columns_stream(int fmt, const uint8_t *stream, size_t len, size_t n,
-                                 size_t cap, uint8_t *values_out, int32_t *value_offsets,
-                                 int64_t *timestamps, uint8_t *headers_out,
-                                 int32_t *header_offsets, int64_t *bad_index) {
-    column_input in;
-    *bad_index = -1;
-    int r = stream_start(&in, stream, len, n);
-    if (r < 0) return r;
-    int64_t done = split_columns(fmt, &in, n, cap, values_out, value_offsets, timestamps,
-                                 headers_out, header_offsets, bad_index);
-    if (done >= 0 && in.pos != len) return TXC_ERR_TRAILING;
-    return done;
 }
 
 /* Shared by the window and session key columns: the key of each item is all but its last
@@ -685,19 +640,4 @@ int64_t txc_session_key_columns(const uint8_t *data, const int64_t *lens, size_t
     key_offsets[0] = 0;
     return key_columns(&in, n, 16, SIZE_MAX, keys_out, key_offsets, ends, starts, NULL,
                        bad_index);
-}
-
-int64_t txc_key_columns_stream(int session, const uint8_t *stream, size_t len, size_t n,
-                               size_t cap, uint8_t *keys_out, int32_t *key_offsets, int64_t *first,
-                               int64_t *second64, int32_t *second32, int64_t *bad_index) {
-    column_input in;
-    *bad_index = -1;
-    int r = stream_start(&in, stream, len, n);
-    if (r < 0) return r;
-    int64_t done = session ? key_columns(&in, n, 16, cap, keys_out, key_offsets, first, second64,
-                                         NULL, bad_index)
-                           : key_columns(&in, n, 12, cap, keys_out, key_offsets, first, NULL,
-                                         second32, bad_index);
-    if (done >= 0 && in.pos != len) return TXC_ERR_TRAILING;
-    return done;
 }

@@ -130,26 +130,6 @@ int64_t txc_session_key_columns(const uint8_t *data, const int64_t *lens, size_t
                                 uint8_t *keys_out, int32_t *key_offsets, int64_t *ends,
                                 int64_t *starts, int64_t *bad_index);
 
-/* The same columns from a marshal stream: `stream` holds Python's marshal format (version 2)
- * of a list or tuple of n bytes objects ('[' or '(', an int32 count, then per item 's', an
- * int32 length and the bytes; little-endian), which Python writes in one C pass
- * (marshal.dumps(items, 2)) where packing costs a join plus a lengths array. The columns
- * continue from the first entry of the offsets arrays (0 for a fresh column; a caller that
- * splits a long input in parts passes the offsets and number arrays advanced to the part, the
- * data buffers as they are). A null ('N') or an item of another type is TXC_ERR_BAD_ARGUMENT
- * with its index, a count other than n TXC_ERR_BAD_ARGUMENT, bytes after the last item
- * TXC_ERR_TRAILING (*bad_index -1 when no item is to blame); each *_out data buffer holds cap
- * bytes, and an item that would write past them is TXC_ERR_BUFFER_TOO_SMALL. */
-int64_t txc_split_columns_stream(int fmt, const uint8_t *stream, size_t len, size_t n,
-                                 size_t cap, uint8_t *values_out, int32_t *value_offsets,
-                                 int64_t *timestamps, uint8_t *headers_out,
-                                 int32_t *header_offsets, int64_t *bad_index);
-/* Window keys (session 0: timestamps to first, seqs to second32; second64 unused) or session
- * keys (session 1: ends to first, starts to second64; second32 unused). */
-int64_t txc_key_columns_stream(int session, const uint8_t *stream, size_t len, size_t n,
-                               size_t cap, uint8_t *keys_out, int32_t *key_offsets, int64_t *first,
-                               int64_t *second64, int32_t *second32, int64_t *bad_index);
-
 /* ---- partitioner ---- */
 int32_t txc_murmur2(const uint8_t *data, size_t len);
 /* toPositive(murmur2(key)) % num_partitions for n packed keys. */

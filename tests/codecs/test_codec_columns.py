@@ -197,10 +197,9 @@ def test_the_default_pool_reuses_only_memory_no_column_holds():
 # ---------------------------------------------------------------------------- input forms
 
 
-def test_long_inputs_are_split_over_several_streams_with_one_layout():
-    # The column functions read a list as marshal streams of ~48 KiB, the number of items per
-    # stream estimated from the first item: a short first item and long later ones make many
-    # items per stream and a stream far above the estimate; the columns are one layout anyway.
+def test_long_inputs_of_mixed_lengths_make_one_layout():
+    # The C builtins size the columns in a first pass over the list, then write them: a short
+    # first item and long later ones, thousands of them, still give one layout.
     values = [b"a"] + [bytes([i % 251]) * (1 + i % 700) for i in range(1, 6000)]
     raws = [o.pack(ofmt(VF.TIMESTAMPED), v, i, b"") for i, v in enumerate(values)]
     cols = split_value_columns(VF.TIMESTAMPED, raws)
@@ -225,6 +224,52 @@ def test_every_bytes_like_item_and_sequence_gives_the_same_columns():
     assert window_key_columns(as_arrays).keys.to_list() == [bytes(m)[:-12] for m in as_arrays]  # type: ignore[arg-type]
     for form in (tuple(raws), UserList(raws), [bytearray(r) for r in raws]):
         assert window_key_columns(form).keys.to_list() == expected  # type: ignore[arg-type]
+
+
+def test_a_list_changed_by_allocate_is_never_written_past_its_buffer():
+    # allocate is caller code: it may change the list between the sizing pass and the copy.
+    # Longer items then do not fit; the packed path re-reads the list and gives the columns
+    # of what it holds now (or the typed error), never a write past the buffer.
+    raws = [o.window_key(b"k%d" % i, i, i) for i in range(100)]
+
+    def grow(n: int) -> bytearray:
+        if raws[0] == o.window_key(b"k0", 0, 0):
+            raws[:] = [o.window_key(b"longer key %d" % i, i, i) for i in range(100)]
+        return bytearray(n)
+
+    cols = window_key_columns(raws, grow)
+    assert cols.keys.to_list() == [b"longer key %d" % i for i in range(100)]
+
+    values = [o.pack(ofmt(VF.TIMESTAMPED), b"v", i, b"") for i in range(10)]
+
+    def shrink(n: int) -> bytearray:
+        del values[5:]
+        return bytearray(n)
+
+    got = split_value_columns(VF.TIMESTAMPED, values, shrink)
+    assert got.values.to_list() == [b"v"] * 5 and got.timestamps.tolist() == list(range(5))
+
+
+def test_many_calls_on_good_and_bad_input_keep_memory_flat():
+    psutil = pytest.importorskip("psutil")
+    good = [o.pack(ofmt(VF.HEADERS), b"x" * 50, i, b"") for i in range(200)]
+    bad = [*good[:100], b"\x7f", *good[100:]]  # a headers size past the end at index 100
+    keys = [o.session_key(b"k" * 20, i, i + 5) for i in range(200)]
+    rss = psutil.Process().memory_info
+
+    def rounds(k: int) -> None:
+        for _ in range(k):
+            split_value_columns(VF.HEADERS, good)
+            session_key_columns(keys)
+            with pytest.raises(SerializationError):
+                split_value_columns(VF.HEADERS, bad)
+            with pytest.raises(InvalidArgumentError):
+                window_key_columns([*keys[:3], None])  # type: ignore[list-item]
+
+    rounds(2000)
+    before = rss().rss
+    rounds(20000)
+    assert rss().rss - before < 8 << 20  # a leaked buffer or list a call would be 20k of them
 
 
 def test_a_bad_item_deep_in_a_long_input_is_named_by_its_index():

@@ -13,16 +13,16 @@ here too, since it is the one single-item codec where C wins.
 
 from __future__ import annotations
 
-import marshal
 import struct
 import threading
 import weakref
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, cast
 
 import txstore._codecs as _codecs
+import txstore._fastpaths as _columns
 from txstore.codecs._common import (
     INT_MAX,
     ValueFormat,
@@ -215,64 +215,6 @@ def _column_error(code: int, what: str, raws: Sequence[bytes], index: int) -> Ex
     return _fail(code, f"{what} at index {index}")
 
 
-#: marshal writes a list of n bytes objects as ``[``, n, then ``s``, the length and the bytes of
-#: each (format version 2: no back-references): one C pass that packs the column functions'
-#: input with its lengths, ~10 ns per item where ``b"".join`` plus a lengths array costs ~30.
-#: Checked once here; on a Python that writes another format the functions pack as before.
-_STREAM_OK = marshal.dumps([b"ab", None], 2) == b"[\x02\x00\x00\x00s\x02\x00\x00\x00abN"
-#: Bytes per marshal stream: marshal grows its output by reallocation, and once that passes
-#: glibc's mmap threshold (128 KiB at first) every call pays a page fault per 4 KiB written
-#: (measured 36 faults and ~150 ns per item for 1,000 values of 137 bytes). Streams below
-#: ~64 KiB, made and dropped one after the other, reuse the same heap memory.
-_STREAM_BYTES = 60_000
-#: Up to this many streams are made before the first C call, and the items' total length comes
-#: from them; a longer input costs one ``sum(map(len, raws))`` (~10 ns per item) instead, as
-#: megabytes of streams alive at once would be trimmed from the heap and fault again next call.
-_EAGER_STREAMS = 4
-#: A marshal stream of ``raws[start : start + count]``: ``(start, count, stream)``.
-_Part = tuple[int, int, bytes]
-
-
-def _marshal_parts(raws: Sequence[bytes]) -> tuple[int, Iterable[_Part]] | None:
-    """``raws`` as marshal streams of about :data:`_STREAM_BYTES` each, for the column
-    functions: ``(total length of the items, parts)``, or ``None`` where the packed path must
-    be taken (marshal off, a sequence other than a list or a tuple, an item marshal cannot
-    write or without ``len``: the packed path then raises the typed error). The number of items
-    per stream is estimated from the first item. Iterating the parts may raise ``ValueError``
-    (an item marshal cannot write). An item whose ``len()`` is not its bytes (a ``memoryview``
-    of an ``array("q")``) makes C report a too small buffer, never write past it."""
-    if not _STREAM_OK or type(raws) not in (list, tuple):
-        return None
-    n = len(raws)
-    try:
-        part = max(16, _STREAM_BYTES // (len(raws[0]) + 5)) if n else 1
-        if n > _EAGER_STREAMS * part:
-            return sum(map(len, raws)), _lazy_parts(raws, part)
-        parts = list(_lazy_parts(raws, part))
-        return sum(len(s) for *_, s in parts) - 5 * (len(parts) + n), parts
-    except (ValueError, TypeError):  # an object marshal cannot write, or without len()
-        return None
-
-
-def _lazy_parts(raws: Sequence[bytes], part: int) -> Iterator[_Part]:
-    n = len(raws)
-    for i in range(0, n, part):
-        items = raws if n <= part else raws[i : i + part]
-        yield i, min(part, n - i), marshal.dumps(items, 2)  # type: ignore[arg-type]
-
-
-def _feed(parts: Iterable[_Part], call: Callable[[bytes, int, int], int]) -> bool:
-    """``call(stream, start, count)`` for each part; ``False`` where marshal or C refused one
-    (the caller then takes the packed path, which raises the typed error)."""
-    try:
-        for start, count, stream in parts:
-            if call(stream, start, count) < 0:
-                return False
-    except ValueError:  # an object marshal cannot write
-        return False
-    return True
-
-
 def split_value_columns(
     fmt: ValueFormat, raws: Sequence[bytes], allocate: Allocate | None = None
 ) -> ValueColumns:
@@ -292,38 +234,12 @@ def split_value_columns(
     """
     fmt = _format(fmt)
     alloc = allocate or _allocate_default
-    marshalled = _marshal_parts(raws)
-    if marshalled is None:
-        return _split_value_columns_packed(fmt, raws, alloc)
-    size, parts = marshalled
     n = len(raws)
-    values, headers = alloc(size), alloc(size)
     voffs, hoffs = array("i", bytes(4 * (n + 1))), array("i", bytes(4 * (n + 1)))
     ts = array("q", bytes(8 * n))
-    c_values, c_headers = _writable(values, size), _writable(headers, size)
-    c_voffs, c_hoffs = _ffi.from_buffer("int32_t[]", voffs), _ffi.from_buffer("int32_t[]", hoffs)
-    c_ts = _ffi.from_buffer("int64_t[]", ts)
-    bad = _ffi.new("int64_t *")
-    split = _lib.txc_split_columns_stream
-
-    def call(stream: bytes, start: int, count: int) -> int:
-        return int(
-            split(
-                fmt,
-                stream,
-                len(stream),
-                count,
-                size,
-                c_values,
-                c_voffs + start,
-                c_ts + start,
-                c_headers,
-                c_hoffs + start,
-                bad,
-            )
-        )
-
-    if not _feed(parts, call):  # the packed path raises the typed error
+    try:
+        values, headers = _columns.split_value_columns(int(fmt), raws, alloc, voffs, ts, hoffs)
+    except (TypeError, ValueError, BufferError):  # the packed path raises the typed error
         return _split_value_columns_packed(fmt, raws, alloc)
     return ValueColumns(BinaryColumn(values, voffs), ts, BinaryColumn(headers, hoffs))
 
@@ -356,41 +272,13 @@ def _split_value_columns_packed(
 
 def _key_columns(raws: Sequence[bytes], session: bool, allocate: Allocate | None) -> KeyColumns:
     alloc = allocate or _allocate_default
-    marshalled = _marshal_parts(raws)
-    if marshalled is None:
-        return _key_columns_packed(raws, session, alloc)
-    size, parts = marshalled
     n = len(raws)
-    keys = alloc(size)
     offsets = array("i", bytes(4 * (n + 1)))
     first = array("q", bytes(8 * n))
     second = array("q" if session else "i", bytes((8 if session else 4) * n))
-    c_keys = _writable(keys, size)
-    c_offsets = _ffi.from_buffer("int32_t[]", offsets)
-    c_first = _ffi.from_buffer("int64_t[]", first)
-    c_second = _ffi.from_buffer("int64_t[]" if session else "int32_t[]", second)
-    none = _ffi.NULL
-    bad = _ffi.new("int64_t *")
-    split = _lib.txc_key_columns_stream
-
-    def call(stream: bytes, start: int, count: int) -> int:
-        return int(
-            split(
-                session,
-                stream,
-                len(stream),
-                count,
-                size,
-                c_keys,
-                c_offsets + start,
-                c_first + start,
-                c_second + start if session else none,
-                none if session else c_second + start,
-                bad,
-            )
-        )
-
-    if not _feed(parts, call):  # the packed path raises the typed error
+    try:
+        keys = _columns.key_columns(session, raws, alloc, offsets, first, second)
+    except (TypeError, ValueError, BufferError):  # the packed path raises the typed error
         return _key_columns_packed(raws, session, alloc)
     return KeyColumns(BinaryColumn(keys, offsets), first, second)
 
