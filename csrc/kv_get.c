@@ -20,9 +20,9 @@
  * The state is kept in a KvGetState object (the builtin's self).
  *
  * Anything else (another key type or size, a closed store, a layered overlay, no writer
- * transaction or handle, a checksum mismatch, a state not of the expected types) calls
- * fallback(key), which gives the same result or raises the same typed error as before. An
- * error raised by txn.get itself is raised as the Python fast path raises it.
+ * transaction or handle, a checksum mismatch, an error raised by txn.get, a state not of the
+ * expected types) calls fallback(key), which gives the same result or raises the same typed
+ * error as before (an lmdb.Error wrapped by txstore.engine.lmdb_errors.lmdb_error).
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -194,7 +194,12 @@ static PyObject *kv_get(PyObject *self, PyObject *key) {
     stored = PyObject_Call(bound, args, NULL);
     Py_DECREF(bound);
     Py_DECREF(args);
-    if (stored == NULL || stored == Py_None || sealed == Py_False) return stored;
+    if (stored == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear(); /* an lmdb.Error: the Python path reads again and raises the typed error */
+        return fallback(g, key);
+    }
+    if (stored == Py_None || sealed == Py_False) return stored;
     /* the only reference to a value py-lmdb just made: stripped in place (see unseal_one) */
     PyObject *value = txs_unseal_owned(key, stored);
     Py_DECREF(stored);

@@ -22,7 +22,12 @@ import pytest
 import txstore
 from txstore import Serdes
 from txstore.engine.checksums import recorded_damage, seal
-from txstore.errors import DamagedFileError, InvalidArgumentError, StoreClosedError
+from txstore.errors import (
+    DamagedFileError,
+    InvalidArgumentError,
+    InvalidStateStoreError,
+    StoreClosedError,
+)
 from txstore.stores.kv import KeyValueStore
 
 
@@ -230,3 +235,21 @@ def test_a_store_opened_after_the_first_read_gets_its_own_handle(tmp_path: Path)
         assert t.get(b"a") == b"from-t" and s.get(b"a") == b"from-s"
         u = db.key_value_store("u", Serdes.bytes(), Serdes.bytes())  # never committed to
         assert u.get(b"a") is None and s.get(b"a") == b"from-s"
+
+
+def test_an_lmdb_error_in_the_read_is_typed_on_both_paths(tmp_path: Path) -> None:
+    # The writer's read transaction ended under the store (as a bug in txstore or a caller
+    # reaching into the partition would end it): py-lmdb raises its own lmdb.Error from
+    # txn.get; the builtin hands the key to the Python path, which raises txstore's error.
+    with txstore.open(tmp_path / "p") as db:
+        s = db.key_value_store("s", Serdes.bytes(), Serdes.bytes())
+        s.put(b"a", b"1")
+        s.commit(changelog_offset=0)
+        assert s.get(b"a") == b"1"  # the builtin now holds the writer's read transaction
+        part: Any = db.partition
+        part.writer_txn.abort()
+        for get in (s.get, python_get(s)):
+            with pytest.raises(InvalidStateStoreError, match="was closed"):
+                get(b"a")
+        part.writer_txn = None  # the partition begins a fresh one at the next read
+        assert s.get(b"a") == b"1"

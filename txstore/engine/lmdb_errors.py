@@ -44,7 +44,11 @@ from txstore.errors import (
     TxStoreError,
 )
 
-__all__ = ["DAMAGE", "data_file", "lmdb_error"]
+__all__ = ["DAMAGE", "LMDBError", "data_file", "lmdb_error"]
+
+#: py-lmdb's base exception, for layers above the engine that read through a transaction the
+#: engine hands them (the typed store's get) and wrap what it raises with :func:`lmdb_error`.
+LMDBError = lmdb.Error
 
 #: The LMDB errors that mean a damaged file.
 DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)

@@ -30,6 +30,7 @@ from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.checksums import ChecksumError, kv_getter, unseal
 from txstore.engine.iterators import KeyValueIterator as BytesIterator
+from txstore.engine.lmdb_errors import LMDBError, lmdb_error
 from txstore.engine.overlay import NOT_FOUND
 from txstore.engine.partition import Partition
 from txstore.errors import InvalidArgumentError, SerializationError
@@ -431,14 +432,16 @@ class KeyValueStore(ReadOnlyKeyValueStore[K, V]):
                     if txn is not None:
                         h = p.writer_handles.get(self._db)
                         if h is not None:
-                            if not p.checksums:
-                                return txn.get(k, None, h)  # type: ignore[return-value]
-                            # Partition.get's check, inlined (one call less); the value
+                            # Partition.get's checks, inlined (one call less); the value
                             # passed straight on is stripped in place (see unseal)
                             try:
+                                if not p.checksums:
+                                    return txn.get(k, None, h)  # type: ignore[return-value]
                                 return unseal(k, txn.get(k, None, h))  # type: ignore[return-value]
                             except ChecksumError as exc:
                                 raise p.damaged(self._db, exc) from None
+                            except LMDBError as exc:
+                                raise lmdb_error(exc, str(p.path)) from exc
                 return self._committed_get(self._db, k)  # type: ignore[no-any-return]
             return v  # type: ignore[return-value]
         return super().get(key)
