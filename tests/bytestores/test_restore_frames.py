@@ -293,3 +293,18 @@ def test_error_paths_do_not_leak(calls: int) -> None:
     before = rss_kib()
     run(calls)
     assert rss_kib() - before < 4096, "restore_frames leaks on its error paths"
+
+
+def test_a_chunk_larger_than_the_map_grows_it_and_is_written_whole(tmp_path: Path) -> None:
+    """A restore chunk of ~3 MB into a 1 MiB map: the map grows before the write (or on a
+    full map, replaying it) and every row is there, once."""
+    rng = random.Random(5)
+    keys = [rng.randbytes(16) for _ in range(20_000)]
+    values: list[bytes | None] = [rng.randbytes(100) for _ in keys]
+    frame = frame_of(keys, values, list(range(len(keys))), [b""] * len(keys))
+    _, pos, end, n, has_headers, _, _ = batch_layout(frame)
+    with Partition(tmp_path / "p", sync=False, map_size=1 << 20) as part:
+        s = BytesKeyValueStore("kv", part, transactional=True)
+        s.restore_frames([(frame.buf, pos, end, n, has_headers, 0, n)], ValueFormat.PLAIN, n)
+        assert committed(s) == sorted(zip(keys, values, strict=True))
+        assert part.info()["map_size"] > 3 * 2**20
