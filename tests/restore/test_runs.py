@@ -155,6 +155,12 @@ def test_a_grown_map_merges_again_from_the_start(tmp_path: Path) -> None:
         assert s.committed_offset == 1
 
 
+def test_an_in_memory_store_takes_the_chunked_path(tmp_path: Path) -> None:
+    with BytesKeyValueStore("s") as s:  # on a private MemoryPartition
+        assert not sorted_restore_applies(s)
+    assert not sorted_restore_applies(object())
+
+
 def test_a_store_with_rows_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
         s.put_all([(b"k", b"v")])  # non-empty, but never committed: no offset
