@@ -115,41 +115,43 @@ typedef struct {
     const char *buf;
     size_t len, pos;
     int more;
+    /* the head record, once head_state found it whole */
+    const char *key;
+    size_t kn, vn;
+    uint64_t pre; /* the key's first 8 bytes, big-endian, zero-padded: most compares end here */
+    int dead;
 } run_t;
 
-/* The state of run r's next record: 1 whole in the window, 0 the run is done, -1 the window
- * ends inside it and the run goes on (read more), -2 the run ends inside it (damaged). */
-static int head_state(const run_t *r) {
+/* The state of run r's next record: 1 whole in the window (its fields then describe it), 0 the
+ * run is done, -1 the window ends inside it and the run goes on (read more), -2 the run ends
+ * inside it (damaged). */
+static int head_state(run_t *r) {
     size_t left = r->len - r->pos;
     if (left == 0) return r->more ? -1 : 0;
     if (left >= HEAD) {
         uint32_t h[2];
         memcpy(h, r->buf + r->pos, HEAD);
-        if (left >= HEAD + (size_t)(h[0] & ~TOMBSTONE) + h[1]) return 1;
+        size_t kn = h[0] & ~TOMBSTONE;
+        if (left >= HEAD + kn + h[1]) {
+            const unsigned char *k = (const unsigned char *)r->buf + r->pos + HEAD;
+            uint64_t pre = 0;
+            for (size_t b = 0; b < 8; b++) pre = (pre << 8) | (b < kn ? k[b] : 0);
+            r->key = (const char *)k;
+            r->kn = kn;
+            r->vn = h[1];
+            r->dead = (h[0] & TOMBSTONE) != 0;
+            r->pre = pre;
+            return 1;
+        }
     }
     return r->more ? -1 : -2;
 }
 
-static void head(const run_t *r, const char **k, size_t *kn) {
-    uint32_t h[2];
-    memcpy(h, r->buf + r->pos, HEAD);
-    *k = r->buf + r->pos + HEAD;
-    *kn = h[0] & ~TOMBSTONE;
-}
-
-static size_t record_size(const run_t *r) {
-    uint32_t h[2];
-    memcpy(h, r->buf + r->pos, HEAD);
-    return HEAD + (size_t)(h[0] & ~TOMBSTONE) + h[1];
-}
-
 /* heap order: the smaller key first; on equal keys the later run (higher index) first */
 static int before(const run_t *runs, uint32_t a, uint32_t b) {
-    const char *ka, *kb;
-    size_t la, lb;
-    head(&runs[a], &ka, &la);
-    head(&runs[b], &kb, &lb);
-    int c = key_cmp(ka, la, kb, lb);
+    const run_t *x = &runs[a], *y = &runs[b];
+    if (x->pre != y->pre) return x->pre < y->pre;
+    int c = key_cmp(x->key, x->kn, y->key, y->kn);
     return c < 0 || (c == 0 && a > b);
 }
 
@@ -227,41 +229,35 @@ PyObject *txs_merge_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_ssize_t out = 0;
         while (h > 0 && out < limit && need < 0) {
             uint32_t top = heap[0];
-            const char *key;
-            size_t kn;
-            head(&runs[top], &key, &kn);
-            uint32_t hd[2];
-            memcpy(hd, runs[top].buf + runs[top].pos, HEAD);
-            if (!(hd[0] & TOMBSTONE)) {
-                if (!append_new(keys, key, kn) || !append_new(values, key + kn, hd[1])) goto done;
+            const run_t *t = &runs[top];
+            if (!t->dead) {
+                if (!append_new(keys, t->key, t->kn) || !append_new(values, t->key + t->kn, t->vn)) goto done;
                 out++;
             }
-            /* advance every run whose head is this key (the winner first: it is the top) */
-            const char *k0 = key;
-            size_t kn0 = kn;
+            /* advance every run whose head is this key (the winner first: it is the top); the
+             * key stays readable in run top's window, which does not move */
+            const char *k0 = t->key;
+            size_t kn0 = t->kn;
+            uint64_t pre0 = t->pre;
             int first = 1;
             while (h > 0) {
-                uint32_t r = heap[0];
-                if (!first) {
-                    const char *kr;
-                    size_t lr;
-                    head(&runs[r], &kr, &lr);
-                    if (key_cmp(kr, lr, k0, kn0) != 0) break;
-                }
-                runs[r].pos += record_size(&runs[r]);
-                int s = head_state(&runs[r]);
+                run_t *r = &runs[heap[0]];
+                if (!first && (r->pre != pre0 || key_cmp(r->key, r->kn, k0, kn0) != 0)) break;
+                first = 0;
+                r->pos += HEAD + r->kn + r->vn;
+                int s = head_state(r);
                 if (s == 1) {
                     sift_down(runs, heap, h, 0);
                 } else {
+                    long gone = (long)heap[0];
                     heap[0] = heap[--h];
                     if (h) sift_down(runs, heap, h, 0);
-                    if (s == -1 && need < 0) need = (long)r;
+                    if (s == -1 && need < 0) need = gone;
                     if (s == -2) {
                         PyErr_SetString(PyExc_ValueError, "a run ends inside a record");
                         goto done;
                     }
                 }
-                first = 0; /* k0 stays valid: it points into run top's window */
             }
         }
     }

@@ -18,8 +18,8 @@ from tests._children import run_child as _run
 from tests._task_child import model, open_task, state
 from tests.restore.test_runs import dump
 from txstore import faults
+from txstore.runtime import restore_sorted, task_support
 from txstore.runtime import task as task_module
-from txstore.runtime import task_support
 from txstore.runtime.task_support import RestoreProgress
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -73,7 +73,7 @@ def test_a_store_that_holds_data_restores_chunk_by_chunk(
     with open_task(str(tmp_path)) as task:
         task.initialize()
     used: list[str] = []
-    sorted_restore = task_support.restore_sorted
+    sorted_restore = restore_sorted.restore_sorted
 
     def spy(entry: Any, *args: Any) -> int:
         used.append(entry.name)

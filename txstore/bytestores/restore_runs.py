@@ -15,9 +15,10 @@ through a window, and streams the rows into ONE LMDB write transaction by cursor
 once, one synced commit with the changelog's end offset. A crash before it leaves the store
 empty: the next restore starts over.
 
-Memory: one restore chunk in phase 1 (as a chunked restore); in phase 2 the run windows (at
-most :data:`WINDOW_BUDGET` bytes in all) and one merged batch, plus what LMDB keeps of the
-write transaction's dirty pages (it spills them to the file past its limit).
+Memory: one restore chunk in phase 1 (as a chunked restore) and the previous run, written by a
+thread meanwhile; in phase 2 the run windows (at most :data:`WINDOW_BUDGET` bytes in all) and
+one merged batch, plus what LMDB keeps of the write transaction's dirty pages (it spills them
+to the file past its limit).
 
 >>> import tempfile
 >>> from txstore.engine.partition import Partition
@@ -39,6 +40,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 from txstore._checksums import encode_run, merge_runs
@@ -107,6 +109,8 @@ class SortedRuns:
         self._file = tempfile.TemporaryFile(  # noqa: SIM115 (closed by close())
             dir=directory, prefix="txstore-restore-runs-"
         )
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="txstore-restore-runs")
+        self._pending: Future[int] | None = None  # the run being written
         self.extents: list[tuple[int, int]] = []
         """Each run's (start, end) byte offsets in the file."""
         self.nbytes = 0
@@ -120,7 +124,15 @@ class SortedRuns:
 
     def close(self) -> None:
         """Drop the runs (the file has no name: closing it frees its space)."""
+        self._writer.shutdown(wait=True)  # a run being written: its error does not matter now
+        self._pending = None
         self._file.close()
+
+    def _written(self) -> None:
+        """Wait for the run being written (its error, e.g. a full disk, raises here)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
     def add(
         self,
@@ -133,7 +145,10 @@ class SortedRuns:
         record of a key wins). A bad item raises its typed error; nothing is written."""
         ordered, stored, deletes = _columns(self.store, keys, values, timestamps, headers, self.fmt)
         data = encode_run(ordered, stored, deletes)
-        self._file.write(data)
+        self._written()
+        # The file write runs beside the next chunk's decoding (it releases the GIL); one run
+        # at most waits in memory.
+        self._pending = self._writer.submit(self._file.write, data)
         self.extents.append((self.nbytes, self.nbytes + len(data)))
         self.nbytes += len(data)
 
@@ -141,6 +156,7 @@ class SortedRuns:
         """The merged rows of every run, in key order, in batches of at most
         :data:`MERGE_BATCH` (keys, stored values): the latest run wins, a key whose latest
         record is a tombstone is left out. Each call merges from the start."""
+        self._written()
         self._file.flush()
         fd = self._file.fileno()
         k = len(self.extents)
