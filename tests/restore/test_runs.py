@@ -155,6 +155,17 @@ def test_a_grown_map_merges_again_from_the_start(tmp_path: Path) -> None:
         assert s.committed_offset == 1
 
 
+def test_run_files_leave_no_name_and_a_stale_one_is_removed(tmp_path: Path) -> None:
+    stale = tmp_path / (restore_runs.PREFIX + "left-by-a-crash")
+    with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
+        before = set(tmp_path.iterdir()) - {stale}
+        stale.write_bytes(b"old runs")  # as a kernel without O_TMPFILE could leave one
+        with SortedRuns(s, ValueFormat.PLAIN) as runs:
+            runs.add([b"a"], [b"1"], [0], [b""])
+            assert set(tmp_path.iterdir()) == before  # the runs have no name
+        assert set(tmp_path.iterdir()) == before
+
+
 def test_an_in_memory_store_takes_the_chunked_path(tmp_path: Path) -> None:
     with BytesKeyValueStore("s") as s:  # on a private MemoryPartition
         assert not sorted_restore_applies(s)

@@ -37,6 +37,8 @@ to the file past its limit).
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -50,8 +52,10 @@ from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.checksums import restore_rows, seal
 from txstore.errors import StorageError
 
-__all__ = ["MERGE_BATCH", "WINDOW_BUDGET", "SortedRuns", "sorted_restore_applies"]
+__all__ = ["MERGE_BATCH", "PREFIX", "WINDOW_BUDGET", "SortedRuns", "sorted_restore_applies"]
 
+#: The name of a run file (none on Linux: the file is made without a name, ``O_TMPFILE``).
+PREFIX: Final = "txstore-restore-runs-"
 #: Rows one merge call hands LMDB (one ``putmulti``).
 MERGE_BATCH: Final = 65_536
 #: Bytes of run windows read at once in phase 2, in all (each run's window: this over the
@@ -106,8 +110,12 @@ class SortedRuns:
         self.store = store
         self.fmt = fmt
         directory = os.fspath(getattr(store.partition, "path", "")) or None
+        if directory is not None:  # a file a crash left where the kernel lacks O_TMPFILE
+            for stale in glob.glob(os.path.join(glob.escape(directory), PREFIX + "*")):
+                with contextlib.suppress(OSError):
+                    os.unlink(stale)
         self._file = tempfile.TemporaryFile(  # noqa: SIM115 (closed by close())
-            dir=directory, prefix="txstore-restore-runs-"
+            dir=directory, prefix=PREFIX
         )
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="txstore-restore-runs")
         self._pending: Future[int] | None = None  # the run being written
