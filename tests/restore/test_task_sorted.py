@@ -80,7 +80,10 @@ def test_a_store_that_holds_data_restores_chunk_by_chunk(
         return sorted_restore(entry, *args)
 
     monkeypatch.setattr(task_support, "restore_sorted", spy)
-    assert _run("_task_child.py", tmp_path, 600, 600, "task.after_changelog_commit=1") != 0
+    assert (
+        _run("_task_child.py", tmp_path, 600, 600, "task.after_changelog_commit=1")
+        == -signal.SIGKILL
+    )
     with open_task(str(tmp_path)) as task:  # 300 more records for stores that hold 300
         report = task.initialize()
         assert report.restored == dict.fromkeys(STORES, 300)
