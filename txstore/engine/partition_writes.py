@@ -306,7 +306,6 @@ class PartitionWrites(PartitionReads):
                     raise StorageError(
                         f"LMDB append wrote {added} of {len(keys)} rows: keys not sorted"
                     )
-            faults.point("partition.mid_commit")  # rows written, offsets not, txn open
             self._put_offsets(txn, offsets)
 
         self._write(fn, False, estimate)
