@@ -49,7 +49,9 @@ class RestoreProgress:
     store: str
     """The store being restored."""
     restored: int
-    """Changelog records replayed into it so far."""
+    """Changelog records replayed into it so far (a sorted restore of an empty store: records
+    sorted into runs so far, committed all at once after the last run; see
+    :mod:`txstore.runtime.restore_sorted`)."""
     total: int
     """Changelog records it has to replay (from its committed offset to its changelog's end)."""
 
