@@ -20,7 +20,9 @@ import pytest
 
 from tests.bytestores.test_kv_bytes import FLAVOURS, Env, committed
 from tests.changelog.test_batch_columns import frame_of, patched
+from tests.restore.test_runs import dump
 from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.bytestores.restore_runs import SortedRuns
 from txstore.changelog.format import (
     BATCH_FIXED_SIZE,
     HEADER_SIZE,
@@ -308,3 +310,46 @@ def test_a_chunk_larger_than_the_map_grows_it_and_is_written_whole(tmp_path: Pat
         s.restore_frames([(frame.buf, pos, end, n, has_headers, 0, n)], ValueFormat.PLAIN, n)
         assert committed(s) == sorted(zip(keys, values, strict=True))
         assert part.info()["map_size"] > 3 * 2**20
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sorted_runs_from_frames_write_what_runs_from_records_write(
+    tmp_path: Path, fmt: ValueFormat, checksums: bool
+) -> None:
+    """``SortedRuns.add_frames`` (the sorted restore reading the changelog in place) and
+    ``SortedRuns.add`` (decoded records) give the same store, byte for byte."""
+    frames, keys, values, stamps, headers = slices_of(int(fmt) * 2 + checksums, 3000)
+    for name in ("frames", "records"):
+        with (
+            Partition(tmp_path / name, sync=False, checksums=checksums) as part,
+            BytesKeyValueStore("kv", part) as s,
+        ):
+            with SortedRuns(s, fmt) as runs:
+                if name == "frames":
+                    runs.add_frames(frames[: len(frames) // 2])
+                    runs.add_frames(frames[len(frames) // 2 :])
+                else:
+                    runs.add(keys, values, stamps, headers)
+                runs.commit(len(keys))
+            assert s.committed_offset == len(keys)
+    assert dump(tmp_path / "frames") == dump(tmp_path / "records")
+    assert dump(tmp_path / "frames")[b"kv"]
+
+
+def test_sorted_runs_refuse_bad_frames_with_typed_errors(tmp_path: Path) -> None:
+    bad, bad_keys = bad_inputs()
+    with Partition(tmp_path / "p", sync=False) as part, BytesKeyValueStore("kv", part) as s:
+        with SortedRuns(s, ValueFormat.TIMESTAMPED) as runs:
+            runs.add_frames([good_frame()])
+            for what, frames, _ in bad:
+                with pytest.raises(InvalidArgumentError):
+                    runs.add_frames(frames)
+                assert len(runs.extents) == 1, what  # no run written
+            for what, frames, text in bad_keys:
+                with pytest.raises(InvalidArgumentError, match=text):
+                    runs.add_frames(frames)
+                assert len(runs.extents) == 1, what
+            with pytest.raises(InvalidTypeError):
+                runs.add_frames(7)  # type: ignore[arg-type]
+        assert s.committed_offset is None

@@ -31,7 +31,7 @@ from txstore.engine.base import (
     check_offset,
     check_store_name,
 )
-from txstore.engine.checksums import decode_columns, restore_frames, restore_rows
+from txstore.engine.checksums import frame_records, restore_frames, restore_rows
 from txstore.engine.iterators import (
     EMPTY_SOURCE,
     ChunkedIterator,
@@ -54,7 +54,13 @@ from txstore.errors import (
     StoreClosedError,
 )
 
-__all__ = ["DEFAULT_META", "BytesKeyValueStore", "MemoryPartition", "ReadCommittedView"]
+__all__ = [
+    "DEFAULT_META",
+    "BytesKeyValueStore",
+    "MemoryPartition",
+    "ReadCommittedView",
+    "checked_rows",
+]
 
 DEFAULT_META: Final[Mapping[str, Any]] = {"kind": "key_value", "format": "bytes"}
 
@@ -85,6 +91,12 @@ def _value(value: object) -> bytes | None:
     if isinstance(value, bytes):
         return bytes(value)
     raise InvalidTypeError(f"value must be bytes or None, got {type(value).__name__}")
+
+
+def checked_rows(keys: Sequence[object], values: Sequence[object]) -> dict[bytes, bytes | None]:
+    """The last value of each key (None: a delete), every key and value checked as
+    :meth:`BytesKeyValueStore.put_all` checks them (the typed error naming a bad one)."""
+    return {_key(k): _value(v) for k, v in zip(keys, values, strict=True)}
 
 
 def _bound(bound: object, what: str) -> bytes | None:
@@ -437,24 +449,7 @@ class BytesKeyValueStore(_Reads):
                 frames, int(fmt), part.checksums, MAX_KEY_SIZE
             )
         except (TypeError, ValueError, OverflowError):
-            keys: list[bytes] = []
-            values: list[bytes | None] = []
-            stamps: list[int] = []
-            headers: list[bytes] = []
-            for frame in frames:
-                try:
-                    if not isinstance(frame, tuple):
-                        raise TypeError(f"a frame must be a tuple, got {type(frame).__name__}")
-                    buf, pos, end, n, has_headers, lo, hi = frame
-                    cols = decode_columns(buf, pos, end, n, has_headers, False)
-                except (TypeError, ValueError) as exc:
-                    raise InvalidArgumentError(f"restore: not a changelog batch: {exc}") from None
-                if not 0 <= lo <= hi <= n:
-                    raise InvalidArgumentError(f"restore: records [{lo}, {hi}) of {n}") from None
-                keys += cols[1][lo:hi]
-                values += cols[2][lo:hi]
-                stamps += cols[0][lo:hi]
-                headers += cols[3][lo:hi]
+            keys, values, stamps, headers = frame_records(frames)
             self.restore_records(keys, values, stamps, headers, fmt, changelog_offset)
             return
         part.commit_columns(self.name, self.db, ordered, stored, deletes, changelog_offset)

@@ -9,13 +9,12 @@ that a store did not commit past its changelog.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from txstore import codecs, faults
+from txstore.bytestores.restore_runs import sorted_restore_applies
 from txstore.bytestores.sequence import sequence_numbers
 from txstore.changelog.coordination import RecoveryPlan, read_commit_metadata
 from txstore.changelog.log import FileChangelog
@@ -25,6 +24,8 @@ from txstore.errors import (
     TaskCorruptedError,
     UnsupportedOperationError,
 )
+from txstore.runtime.restore_frames import replay_frames
+from txstore.runtime.restore_sorted import restore_sorted
 from txstore.stores.assembly import StoreKind, StoreStack
 
 __all__ = [
@@ -49,7 +50,9 @@ class RestoreProgress:
     store: str
     """The store being restored."""
     restored: int
-    """Changelog records replayed into it so far."""
+    """Changelog records replayed into it so far (a sorted restore of an empty store: records
+    sorted into runs so far, committed all at once after the last run; see
+    :mod:`txstore.runtime.restore_sorted`)."""
     total: int
     """Changelog records it has to replay (from its committed offset to its changelog's end)."""
 
@@ -247,17 +250,29 @@ def restore_store(
     restored = 0
     if total == 0:
         return 0
+    if entry.kind == "key_value" and total > batch_records and sorted_restore_applies(raw):
+
+        def on_step(done: int, total: int) -> None:  # after each sorted run, and the commit
+            faults.point("task.restore_batch")
+            if progress is not None:
+                progress(RestoreProgress(entry.name, done, total))
+
+        return restore_sorted(entry, on_step, batch_records, batch_bytes, start, end)
     restore_frames = getattr(raw, "restore_frames", None) if entry.kind == "key_value" else None
     read_frames = getattr(log, "read_committed_frames", None)
     if restore_frames is not None and read_frames is not None:  # no object per record
-        restored = _replay_frames(
-            entry,
+
+        def committed(restored: int) -> None:  # after each chunk's synced commit
+            faults.point("task.restore_batch")
+            if progress is not None:
+                progress(RestoreProgress(entry.name, restored, total))
+
+        restored = replay_frames(
             read_frames(start),
-            restore_frames,
-            (end, total),
-            progress,
-            batch_records,
-            batch_bytes,
+            lambda frames, offset: restore_frames(frames, entry.format, offset),
+            end,
+            (batch_records, batch_bytes),
+            committed,
         )
         if raw.committed_offset != end:
             raw.commit(end)  # a compacted tail leaves a gap after the last record
@@ -332,72 +347,4 @@ def restore_store(
         flush(len(keys))
     if raw.committed_offset != end:
         raw.commit(end)  # a compacted tail leaves a gap after the last record
-    return restored
-
-
-def _replay_frames(
-    entry: StoreEntry,
-    batches: Any,
-    restore_frames: Callable[[list[Any], ValueFormat, int], None],
-    end_total: tuple[int, int],
-    progress: Callable[[RestoreProgress], None] | None,
-    batch_records: int,
-    batch_bytes: int,
-) -> int:
-    """:func:`restore_store`'s loop for a key-value store over changelog batches left in the
-    reader's buffers (``batches``: ``read_committed_frames``, whose ``FrameBatch`` objects
-    say where each batch's records are): the same chunks (``batch_records`` records, or all
-    pending once about ``batch_bytes`` are), each handed as a list of frame slices to
-    ``restore_frames`` (one C pass and one synced commit with the chunk's offset), so no
-    object is made per record and no column list is extended and cut. ``end_total``: the
-    committed end offset and the records to replay (for ``progress``). Returns how many."""
-    pieces: deque[tuple[tuple[Any, ...], Any]] = deque()  # (frame slice, its offsets)
-    end, total = end_total
-    count = pending_bytes = restored = 0
-
-    def flush(n: int) -> None:
-        nonlocal count, pending_bytes, restored
-        take: list[Any] = []
-        left = n
-        while left:
-            frame, offsets = pieces[0]
-            if len(offsets) <= left:
-                pieces.popleft()
-                take.append(frame)
-                left -= len(offsets)
-                last = offsets[-1]
-            else:  # split the batch: its first ``left`` records now, the rest later
-                buf, pos, stop, size, has_headers, lo, hi = frame
-                take.append((buf, pos, stop, size, has_headers, lo, lo + left))
-                pieces[0] = ((buf, pos, stop, size, has_headers, lo + left, hi), offsets[left:])
-                last = offsets[left - 1]
-                left = 0
-        restore_frames(take, entry.format, last + 1)
-        count -= n
-        restored += n
-        pending_bytes = 0
-        faults.point("task.restore_batch")
-        if progress is not None:
-            progress(RestoreProgress(entry.name, restored, total))
-
-    with batches:
-        for batch in batches:
-            offsets, frame, nbytes = batch.offsets, batch.frame, batch.nbytes
-            n = len(offsets)
-            if offsets[0] >= end:
-                break
-            if offsets[-1] >= end:  # a concurrent writer's later commit: stop at end
-                n = bisect_left(offsets, end)
-                nbytes = nbytes * n // len(offsets)  # about: it only decides when to flush
-                buf, pos, stop, size, has_headers, lo, _ = frame
-                frame, offsets = (buf, pos, stop, size, has_headers, lo, lo + n), offsets[:n]
-            pieces.append((frame, offsets))
-            count += n
-            pending_bytes += 128 * n + nbytes
-            while count >= batch_records:
-                flush(batch_records)
-            if count and pending_bytes >= batch_bytes:
-                flush(count)
-    if count:
-        flush(count)
     return restored
