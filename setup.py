@@ -28,6 +28,7 @@ CHECKSUMS = Extension(
         "csrc/restore_rows.c",
         "csrc/changelog_columns.c",
         "csrc/kv_get.c",
+        "csrc/scan_rows.c",
     ],
     py_limited_api=STABLE_ABI,
     extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],

@@ -50,6 +50,7 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from txstore._checksums import merge_rows as _merge_rows
+from txstore._checksums import scan_rows as _scan_rows
 
 __all__ = [
     "CHUNK_MAX",
@@ -70,6 +71,7 @@ __all__ = [
     "next_prefix",
     "no_rows",
     "read_lmdb_chunk",
+    "read_lmdb_chunk_py",
     "read_sorted_chunk",
 ]
 
@@ -195,9 +197,61 @@ def cut_rows(rows: list[Any], key: bytes, reverse: bool) -> None:
 
 
 def read_lmdb_chunk(
+    cursor: Any,
+    rng: KeyRange,
+    reverse: bool,
+    n: int,
+    verify: Callable[[list[Any]], list[Any]] | None = None,
+) -> tuple[list[Any], bytes | None]:
+    """Read one chunk of ``rng`` from an LMDB cursor: O(log N + n).
+
+    The cursor is positioned here (a few method calls a chunk); the rows are read by the C
+    function :func:`txstore._checksums.scan_rows` (``csrc/scan_rows.c``), which drives the
+    cursor's iterator without a Python frame and stops at the range's end. ``verify``: for a
+    database whose values carry checksum trailers, the partition's ``verify_rows`` for it; the
+    trailers are then checked and stripped while reading, and on a mismatch the chunk is read
+    again in Python (:func:`read_lmdb_chunk_py`) and handed to ``verify``, which records the
+    damage and raises the typed error.
+    """
+    if reverse:
+        hi = rng.hi
+        if hi is None:
+            ok = cursor.last()
+        else:
+            ok = cursor.set_range(hi)
+            if ok:
+                if not rng.hi_inclusive or cursor.key() != hi:
+                    ok = cursor.prev()
+            else:
+                ok = cursor.last()
+        if not ok:
+            return [], None
+        got = _scan_rows(cursor.iterprev(), n, rng.lo, rng.lo_inclusive, True, verify is not None)
+    else:
+        lo = rng.lo
+        if lo is None:
+            ok = cursor.first()
+        else:
+            ok = cursor.set_range(lo)
+            if ok and not rng.lo_inclusive and cursor.key() == lo:
+                ok = cursor.next()
+        if not ok:
+            return [], None
+        got = _scan_rows(cursor.iternext(), n, rng.hi, rng.hi_inclusive, False, verify is not None)
+    if got is None:  # a checksum mismatch: read again, verify raises the typed error
+        rows, frontier = read_lmdb_chunk_py(cursor, rng, reverse, n)
+        return (rows if verify is None else verify(rows)), frontier
+    rows, stopped = got
+    if stopped or len(rows) < n:
+        return rows, None
+    return rows, rows[0 if reverse else -1][0]
+
+
+def read_lmdb_chunk_py(
     cursor: Any, rng: KeyRange, reverse: bool, n: int
 ) -> tuple[list[Any], bytes | None]:
-    """Read one chunk of ``rng`` from an LMDB cursor: O(log N + n), in C but for a few calls."""
+    """:func:`read_lmdb_chunk` in Python, without checking trailers: the general path of a
+    chunk in which the C read met a row it does not take (a checksum mismatch)."""
     lo, hi = rng.lo, rng.hi
     if not reverse:
         if lo is None:
