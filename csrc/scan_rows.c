@@ -17,7 +17,8 @@
  * objects are made.
  *
  * None means "take the general path": a checksum mismatch, or a row that is not an exact
- * (bytes, bytes) 2-tuple. The caller then reads the chunk again in Python and checks it with
+ * (bytes, bytes) 2-tuple (without a bound or trailers to check, rows are only checked to be
+ * 2-tuples and taken as they come, as list(islice(...)) did). The caller then reads the chunk again in Python and checks it with
  * the partition's verify_rows, which records the damage and raises the typed error exactly as
  * before. An error of the iterator itself (an lmdb.Error) propagates unchanged, as it did from
  * list(islice(...)).
@@ -93,61 +94,83 @@ PyObject *txs_scan_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     /* the row beyond the bound: forward, key > bound (or >=); reverse, key < bound (or <=) */
     int sign = reverse ? -1 : 1;
-    PyObject *rows = PyList_New(0);
-    if (rows == NULL) return NULL;
+    /* The rows read, in a C array (a stack one for a chunk of up to 1,024 rows), then one
+     * list of exactly their number. */
+    PyObject *stack[1024], **buf = stack;
+    Py_ssize_t cap = 1024, count = 0;
     int stopped = 0;
-    PyObject *row;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *row, *out = NULL;
+    while (count < n) {
         row = next(it);
         if (row == NULL) {
             if (PyErr_Occurred()) {
-                if (!PyErr_ExceptionMatches(PyExc_StopIteration)) goto fail;
+                if (!PyErr_ExceptionMatches(PyExc_StopIteration)) goto done;
                 PyErr_Clear();
             }
             break;
         }
         if (Py_TYPE(row) != &PyTuple_Type || PyTuple_Size(row) != 2) goto general;
-        PyObject *key = PyTuple_GetItem(row, 0), *val = PyTuple_GetItem(row, 1);
-        if (Py_TYPE(key) != &PyBytes_Type || Py_TYPE(val) != &PyBytes_Type) goto general;
-        char *k;
-        Py_ssize_t kn;
-        if (PyBytes_AsStringAndSize(key, &k, &kn) < 0) goto fail_row;
-        if (b != NULL) {
-            int c = key_cmp(k, kn, b, bn) * sign;
-            if (c > 0 || (c == 0 && !inclusive)) {
+        if (b != NULL || sealed) { /* else taken as it comes, as list(islice(...)) did */
+            PyObject *key = PyTuple_GetItem(row, 0);
+            if (Py_TYPE(key) != &PyBytes_Type) goto general;
+            char *k;
+            Py_ssize_t kn;
+            if (PyBytes_AsStringAndSize(key, &k, &kn) < 0) {
                 Py_DECREF(row);
-                stopped = 1;
-                break;
+                goto done;
+            }
+            if (b != NULL) {
+                int c = key_cmp(k, kn, b, bn) * sign;
+                if (c > 0 || (c == 0 && !inclusive)) {
+                    Py_DECREF(row);
+                    stopped = 1;
+                    break;
+                }
+            }
+            if (sealed) {
+                PyObject *val = PyTuple_GetItem(row, 1);
+                if (Py_TYPE(val) != &PyBytes_Type) goto general;
+                PyObject *kept = unseal_row(row, key, k, kn, val);
+                Py_DECREF(row);
+                if (kept == NULL) {
+                    if (PyErr_Occurred()) goto done;
+                    out = Py_None; /* a mismatch: the Python path raises the typed error */
+                    Py_INCREF(out);
+                    goto done;
+                }
+                row = kept;
             }
         }
-        if (sealed) {
-            PyObject *kept = unseal_row(row, key, k, kn, val);
-            Py_DECREF(row);
-            if (kept == NULL) {
-                if (PyErr_Occurred()) goto fail;
-                Py_DECREF(rows);
-                Py_RETURN_NONE; /* a mismatch: the Python path raises the typed error */
+        if (count == cap) {
+            PyObject **more = PyMem_Malloc((size_t)(cap * 2) * sizeof *buf);
+            if (more == NULL) {
+                Py_DECREF(row);
+                PyErr_NoMemory();
+                goto done;
             }
-            row = kept;
+            memcpy(more, buf, (size_t)count * sizeof *buf);
+            if (buf != stack) PyMem_Free(buf);
+            buf = more, cap *= 2;
         }
-        int r = PyList_Append(rows, row);
-        Py_DECREF(row);
-        if (r < 0) goto fail;
+        buf[count++] = row;
     }
-    if (reverse && PyList_Reverse(rows) < 0) goto fail;
-    PyObject *out = PyTuple_New(2);
-    if (out == NULL) goto fail;
-    PyTuple_SetItem(out, 0, rows);
-    PyTuple_SetItem(out, 1, PyBool_FromLong(stopped));
-    return out;
+    {
+        PyObject *rows = PyList_New(count);
+        if (rows == NULL) goto done;
+        for (Py_ssize_t i = 0; i < count; i++) { /* each stolen: the array lets them go */
+            PyList_SetItem(rows, i, buf[reverse ? count - 1 - i : i]);
+        }
+        count = 0;
+        out = Py_BuildValue("(NO)", rows, stopped ? Py_True : Py_False);
+    }
+    goto done;
 
 general:
     Py_DECREF(row);
-    Py_DECREF(rows);
-    Py_RETURN_NONE;
-fail_row:
-    Py_DECREF(row);
-fail:
-    Py_DECREF(rows);
-    return NULL;
+    out = Py_None; /* a row of another shape: the Python path */
+    Py_INCREF(out);
+done:
+    for (Py_ssize_t i = 0; i < count; i++) Py_DECREF(buf[i]);
+    if (buf != stack) PyMem_Free(buf);
+    return out;
 }

@@ -121,6 +121,12 @@ def test_scan_rows_reads_no_row_past_n_and_stops_at_the_bound() -> None:
     assert scan_rows(iter(rows[::-1]), 20, b"07", True, True, False) == (rows[7:], True)
     assert scan_rows(iter(rows[::-1]), 4, None, True, True, False) == (rows[6:], False)
     assert scan_rows(iter([]), 4, b"x", True, False, True) == ([], False)
+    many = [(b"%05d" % i, seal(b"%05d" % i, b"v")) for i in range(3000)]  # past 1,024 rows
+    assert scan_rows(iter(many), 2500, None, True, False, False) == (many[:2500], False)
+    assert scan_rows(iter(many[::-1]), 2950, b"00100", False, True, True) == (
+        [(k, b"v") for k, _ in many[101:]],
+        True,
+    )
 
 
 def test_scan_rows_leaves_rows_it_does_not_own_as_they_were() -> None:
@@ -160,7 +166,15 @@ def test_scan_rows_gives_the_general_path_anything_unusual() -> None:
         [b"b", seal(b"b", b"v")],  # not a tuple
     ]:
         assert scan_rows(iter([good, odd]), 5, None, True, False, True) is None, odd
-    assert scan_rows(iter([good, (b"b", bytearray(b"v"))]), 5, None, True, False, False) is None
+    odd_value = (b"b", bytearray(b"v"))
+    # with a bound to compare, a key that is not bytes goes to Python too
+    assert scan_rows(iter([good, (bytearray(b"b"), b"v")]), 5, b"z", True, False, False) is None
+    # with neither a bound nor trailers, 2-tuples are taken as they come (as list(islice()))
+    assert scan_rows(iter([good, odd_value]), 5, None, True, False, False) == (
+        [good, odd_value],
+        False,
+    )
+    assert scan_rows(iter([good, (b"b",)]), 5, None, True, False, False) is None
 
     def failing() -> Iterator[tuple[bytes, bytes]]:
         yield good
