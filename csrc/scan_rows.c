@@ -16,12 +16,15 @@
  * just made) are shortened and reused in place (see unseal_one in csrc/checksums.c), else new
  * objects are made.
  *
+ * The in-place strip assumes what py-lmdb guarantees: a value it hands out is a new object
+ * that nobody hashed (a hashed bytes object would keep its stale cached hash).
+ *
  * None means "take the general path": a checksum mismatch, or a row that is not an exact
  * (bytes, bytes) 2-tuple (without a bound or trailers to check, rows are only checked to be
- * 2-tuples and taken as they come, as list(islice(...)) did). The caller then reads the chunk again in Python and checks it with
- * the partition's verify_rows, which records the damage and raises the typed error exactly as
- * before. An error of the iterator itself (an lmdb.Error) propagates unchanged, as it did from
- * list(islice(...)).
+ * 2-tuples and taken as they come, as list(islice(...)) did). The caller then reads the chunk
+ * again in Python and checks it with the partition's verify_rows, which records the damage and
+ * raises the typed error exactly as before. An error of the iterator itself (an lmdb.Error)
+ * propagates unchanged, as it did from list(islice(...)).
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
