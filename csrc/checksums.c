@@ -329,6 +329,12 @@ static PyMethodDef methods[] = {
     {"restore_rows", (PyCFunction)(void (*)(void))txs_restore_rows, METH_FASTCALL,
      "restore_rows(keys, values, timestamps, headers, fmt, seal, max_key) -> (puts, deletes): "
      "the last record of each key, sorted, converted and sealed (see csrc/restore_rows.c)"},
+    {"encode_run", (PyCFunction)(void (*)(void))txs_encode_run, METH_FASTCALL,
+     "encode_run(keys, stored, deletes) -> bytes: one sorted run of a sorted restore "
+     "(see csrc/restore_runs.c)"},
+    {"merge_runs", (PyCFunction)(void (*)(void))txs_merge_runs, METH_FASTCALL,
+     "merge_runs(bufs, pos, more, limit) -> (keys, values, need): the k-way merge of sorted "
+     "runs, the latest run winning (see csrc/restore_runs.c)"},
     {"decode_columns", (PyCFunction)(void (*)(void))txs_decode_columns, METH_FASTCALL,
      "decode_columns(buf, pos, end, n, has_headers, keys_only) -> (timestamps, keys, values, "
      "headers, nbytes): the columns of a changelog batch (see csrc/changelog_columns.c)"},

@@ -13,6 +13,9 @@ uint32_t txs_entry_crc(const char *k, Py_ssize_t kn, const char *v, Py_ssize_t v
 void txs_put_le32(char *p, uint32_t c);
 /* restore_rows(keys, values, timestamps, headers, fmt, seal, max_key): csrc/restore_rows.c. */
 PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* encode_run(keys, stored, deletes), merge_runs(bufs, pos, more, limit): csrc/restore_runs.c. */
+PyObject *txs_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *txs_merge_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* Exact types first: a pointer comparison, where the stable ABI's PyBytes_Check and

@@ -1,5 +1,5 @@
 # Types of the C extension txstore._checksums (csrc/checksums.c, rows.c, window_reader.c,
-# restore_rows.c, changelog_columns.c, kv_get.c); see txstore.engine.checksums.
+# restore_rows.c, restore_runs.c, changelog_columns.c, kv_get.c); see txstore.engine.checksums.
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +25,10 @@ def restore_rows(
     max_key: int,
     /,
 ) -> tuple[list[bytes], list[bytes], list[bytes]]: ...
+def encode_run(keys: list[bytes], stored: list[bytes], deletes: list[bytes], /) -> bytes: ...
+def merge_runs(
+    bufs: list[bytes], pos: list[int], more: list[bool], limit: int, /
+) -> tuple[list[bytes], list[bytes], int]: ...
 def decode_columns(
     buf: bytes, pos: int, end: int, n: int, has_headers: int, keys_only: bool, /
 ) -> tuple[tuple[int, ...], list[bytes], list[bytes | None], list[bytes], int]: ...

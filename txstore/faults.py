@@ -22,7 +22,7 @@ Named points (see ``docs/recovery.md`` for what a crash at each leaves behind):
 ``partition.mid_commit``                inside the LMDB write transaction of a store commit
 ``task.after_store_commit``             everything committed
 ``overlay.spill``                       while an overlay spills to the spill environment
-``task.restore_batch``                  after a restore batch was applied and committed
+``task.restore_batch``                  after a restore batch committed (or a sorted run written)
 ``segments.drop``                       while a window/session store stages a segment drop
 =====================================  ==========================================================
 """

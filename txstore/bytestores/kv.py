@@ -54,7 +54,13 @@ from txstore.errors import (
     StoreClosedError,
 )
 
-__all__ = ["DEFAULT_META", "BytesKeyValueStore", "MemoryPartition", "ReadCommittedView"]
+__all__ = [
+    "DEFAULT_META",
+    "BytesKeyValueStore",
+    "MemoryPartition",
+    "ReadCommittedView",
+    "checked_rows",
+]
 
 DEFAULT_META: Final[Mapping[str, Any]] = {"kind": "key_value", "format": "bytes"}
 
@@ -85,6 +91,12 @@ def _value(value: object) -> bytes | None:
     if isinstance(value, bytes):
         return bytes(value)
     raise InvalidTypeError(f"value must be bytes or None, got {type(value).__name__}")
+
+
+def checked_rows(keys: Sequence[object], values: Sequence[object]) -> dict[bytes, bytes | None]:
+    """The last value of each key (None: a delete), every key and value checked as
+    :meth:`BytesKeyValueStore.put_all` checks them (the typed error naming a bad one)."""
+    return {_key(k): _value(v) for k, v in zip(keys, values, strict=True)}
 
 
 def _bound(bound: object, what: str) -> bytes | None:

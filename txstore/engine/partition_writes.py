@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import lmdb
@@ -30,7 +30,7 @@ from txstore.engine.lmdb_env import (
 from txstore.engine.lmdb_errors import lmdb_error
 from txstore.engine.lmdb_sizing import SNAPSHOT_WAIT_S, grown_dbi_table, table_needs_growth
 from txstore.engine.partition_reads import PartitionReads
-from txstore.errors import StorageError, TxStoreError
+from txstore.errors import IllegalStateError, StorageError, TxStoreError
 
 __all__ = ["PartitionWrites"]
 
@@ -306,6 +306,59 @@ class PartitionWrites(PartitionReads):
                     raise StorageError(
                         f"LMDB append wrote {added} of {len(keys)} rows: keys not sorted"
                     )
+            self._put_offsets(txn, offsets)
+
+        self._write(fn, False, estimate)
+
+    def commit_stream(
+        self,
+        store: str,
+        db: bytes,
+        batches: Callable[[], Iterator[tuple[list[bytes], list[bytes]]]],
+        offset: int,
+        estimate: int,
+    ) -> None:
+        """Write the rows of ``batches()`` (batches of keys and stored values, sorted and
+        distinct across batches) into the EMPTY database ``db`` of ``store`` and commit them
+        with ``store``'s changelog ``offset``: one write transaction, the rows appended by
+        cursor ``putmulti`` (every leaf written once), one sync. The sorted restore
+        (:mod:`txstore.bytestores.restore_runs`). Checks as
+        :meth:`~txstore.engine.base.PartitionBase.commit_rows`; a database that holds a row
+        raises :class:`~txstore.errors.IllegalStateError`, a key out of order
+        :class:`~txstore.errors.StorageError`, and nothing is committed. ``batches`` is
+        called again from the start when the map is grown; ``estimate`` (bytes the rows
+        take) grows it once beforehand."""
+        self._commit_direct(
+            store, offset, lambda checked: self._apply_stream(db, batches, estimate, checked)
+        )
+
+    def _apply_stream(
+        self,
+        db: bytes,
+        batches: Callable[[], Iterator[tuple[list[bytes], list[bytes]]]],
+        estimate: int,
+        offsets: dict[str, int],
+    ) -> None:
+        sh = self._sh
+        assert sh is not None
+        try:
+            info, stat = sh.env.info(), sh.env.stat()
+        except lmdb.Error as exc:
+            raise self._write_error(exc) from exc
+        if info["map_size"] < (info["last_pgno"] + 1) * stat["psize"] + estimate:
+            self._grow(estimate)
+
+        def fn(txn: Any) -> None:
+            cur = txn.cursor(self._write_handle(txn, db))
+            if cur.last():
+                raise IllegalStateError(f"database {db!r} is not empty: no sorted restore")
+            for keys, stored in batches():
+                _, added = cur.putmulti(zip(keys, stored, strict=True), True, True, True)
+                if added != len(keys):
+                    raise StorageError(
+                        f"LMDB append wrote {added} of {len(keys)} rows: keys not sorted"
+                    )
+            faults.point("partition.mid_commit")  # rows written, offsets not, txn open
             self._put_offsets(txn, offsets)
 
         self._write(fn, False, estimate)

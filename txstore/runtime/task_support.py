@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txstore import codecs, faults
+from txstore.bytestores.restore_runs import sorted_restore_applies
 from txstore.bytestores.sequence import sequence_numbers
 from txstore.changelog.coordination import RecoveryPlan, read_commit_metadata
 from txstore.changelog.log import FileChangelog
@@ -23,6 +24,7 @@ from txstore.errors import (
     TaskCorruptedError,
     UnsupportedOperationError,
 )
+from txstore.runtime.restore_sorted import restore_sorted
 from txstore.stores.assembly import StoreKind, StoreStack
 
 __all__ = [
@@ -47,7 +49,9 @@ class RestoreProgress:
     store: str
     """The store being restored."""
     restored: int
-    """Changelog records replayed into it so far."""
+    """Changelog records replayed into it so far (a sorted restore of an empty store: records
+    sorted into runs so far, committed all at once after the last run; see
+    :mod:`txstore.runtime.restore_sorted`)."""
     total: int
     """Changelog records it has to replay (from its committed offset to its changelog's end)."""
 
@@ -245,6 +249,14 @@ def restore_store(
     restored = 0
     if total == 0:
         return 0
+    if entry.kind == "key_value" and total > batch_records and sorted_restore_applies(raw):
+
+        def on_step(done: int, total: int) -> None:  # after each sorted run, and the commit
+            faults.point("task.restore_batch")
+            if progress is not None:
+                progress(RestoreProgress(entry.name, done, total))
+
+        return restore_sorted(entry, on_step, batch_records, batch_bytes, start, end)
     pending_bytes = 0
     restore_records = getattr(raw, "restore_records", None) if entry.kind == "key_value" else None
     offsets: list[int] = []

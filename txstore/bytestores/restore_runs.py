@@ -1,0 +1,199 @@
+"""Sorted restore of an empty key-value store: sorted runs on disk, one k-way merge into LMDB.
+
+A restore of a large changelog into a store that holds nothing yet (see
+:func:`~txstore.runtime.restore_sorted.restore_sorted`) does not commit chunk after chunk into
+a growing B-tree (each commit of random keys rewrites most of its leaves). Phase 1 turns each
+restore chunk into a sorted **run** (:meth:`SortedRuns.add`: ``restore_rows`` keeps the last
+record of each key, sorts, converts and seals them, as :meth:`BytesKeyValueStore.restore_records
+<txstore.bytestores.kv.BytesKeyValueStore.restore_records>` does; ``encode_run`` of
+``csrc/restore_runs.c`` packs it) appended to a temporary file of the partition directory, a
+file without a name (``tempfile.TemporaryFile``: a crash leaves nothing behind). Phase 2
+(:meth:`SortedRuns.commit`) merges the runs in C (``merge_runs``: the later run wins on an equal
+key; a key whose latest record is a tombstone is dropped, the store being empty), each run read
+through a window, and streams the rows into ONE LMDB write transaction by cursor appends
+(:meth:`~txstore.engine.partition_writes.PartitionWrites.commit_stream`): every leaf written
+once, one synced commit with the changelog's end offset. A crash before it leaves the store
+empty: the next restore starts over.
+
+Memory: one restore chunk in phase 1 (as a chunked restore) and the previous run, written by a
+thread meanwhile; in phase 2 the run windows (at most :data:`WINDOW_BUDGET` bytes in all) and
+one merged batch, plus what LMDB keeps of the write transaction's dirty pages (it spills them
+to the file past its limit).
+
+>>> import tempfile
+>>> from txstore.engine.partition import Partition
+>>> from txstore.bytestores.kv import BytesKeyValueStore
+>>> from txstore.codecs import ValueFormat
+>>> with tempfile.TemporaryDirectory() as d, Partition(d, sync=False) as p:
+...     store = BytesKeyValueStore("s", p)
+...     with SortedRuns(store, ValueFormat.PLAIN) as runs:
+...         runs.add([b"b", b"a"], [b"1", b"2"], [0, 0], [b"", b""])
+...         runs.add([b"b", b"c"], [None, b"3"], [0, 0], [b"", b""])
+...         runs.commit(4)
+...     print(store.committed_offset, list(store.all()))
+...     store.close()
+4 [(b'a', b'2'), (b'c', b'3')]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Final
+
+from txstore._checksums import encode_run, merge_runs
+from txstore.bytestores.kv import BytesKeyValueStore, checked_rows
+from txstore.codecs import ValueFormat, records_to_values
+from txstore.engine.base import MAX_KEY_SIZE
+from txstore.engine.checksums import restore_rows, seal
+from txstore.errors import StorageError
+
+__all__ = ["MERGE_BATCH", "PREFIX", "WINDOW_BUDGET", "SortedRuns", "sorted_restore_applies"]
+
+#: The name of a run file (none on Linux: the file is made without a name, ``O_TMPFILE``).
+PREFIX: Final = "txstore-restore-runs-"
+#: Rows one merge call hands LMDB (one ``putmulti``).
+MERGE_BATCH: Final = 65_536
+#: Bytes of run windows read at once in phase 2, in all (each run's window: this over the
+#: number of runs, between 64 KiB and 1 MiB).
+WINDOW_BUDGET: Final = 64 << 20
+
+
+def sorted_restore_applies(store: object) -> bool:
+    """Whether ``store`` can take a sorted restore: a key-value bytes store on an LMDB
+    partition that has committed nothing and holds no row (nothing staged either)."""
+    return (
+        isinstance(store, BytesKeyValueStore)
+        and store.persistent
+        and hasattr(store.partition, "commit_stream")
+        and store.committed_offset is None
+        and store.approximate_num_entries() == 0
+    )
+
+
+def _columns(
+    store: BytesKeyValueStore,
+    keys: list[bytes],
+    values: list[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[bytes],
+    fmt: ValueFormat,
+) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The sorted rows (keys, stored values) and deletes of one restore chunk: ``restore_rows``
+    or, when it refuses an item, the checked Python path of ``restore_records`` (which raises
+    the typed error naming a bad item)."""
+    checksums = bool(store.partition.checksums)
+    try:
+        return restore_rows(keys, values, timestamps, headers, int(fmt), checksums, MAX_KEY_SIZE)
+    except (TypeError, ValueError, OverflowError):
+        converted: list[Any] = list(values)
+        if fmt != ValueFormat.PLAIN:
+            converted = records_to_values(fmt, converted, timestamps, headers)
+        latest = checked_rows(keys, converted)
+    live = sorted((k, v) for k, v in latest.items() if v is not None)
+    ordered = [k for k, _ in live]
+    stored = [seal(k, v) if checksums else v for k, v in live]
+    deletes = sorted(k for k, v in latest.items() if v is None)
+    return ordered, stored, deletes
+
+
+class SortedRuns:
+    """The sorted runs of one sorted restore of ``store`` (values converted to ``fmt``), in
+    an unnamed temporary file of the partition directory; a context manager (closing it drops
+    the file)."""
+
+    def __init__(self, store: BytesKeyValueStore, fmt: ValueFormat) -> None:
+        self.store = store
+        self.fmt = fmt
+        directory = os.fspath(getattr(store.partition, "path", "")) or None
+        if directory is not None:  # a file a crash left where the kernel lacks O_TMPFILE
+            for stale in glob.glob(os.path.join(glob.escape(directory), PREFIX + "*")):
+                with contextlib.suppress(OSError):
+                    os.unlink(stale)
+        self._file = tempfile.TemporaryFile(  # noqa: SIM115 (closed by close())
+            dir=directory, prefix=PREFIX
+        )
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="txstore-restore-runs")
+        self._pending: Future[int] | None = None  # the run being written
+        self.extents: list[tuple[int, int]] = []
+        """Each run's (start, end) byte offsets in the file."""
+        self.nbytes = 0
+        """Bytes of runs written."""
+
+    def __enter__(self) -> SortedRuns:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the runs (the file has no name: closing it frees its space)."""
+        self._writer.shutdown(wait=True)  # a run being written: its error does not matter now
+        self._pending = None
+        self._file.close()
+
+    def _written(self) -> None:
+        """Wait for the run being written (its error, e.g. a full disk, raises here)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def add(
+        self,
+        keys: list[bytes],
+        values: list[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[bytes],
+    ) -> None:
+        """Write the run of one restore chunk (changelog records in their order; a later
+        record of a key wins). A bad item raises its typed error; nothing is written."""
+        ordered, stored, deletes = _columns(self.store, keys, values, timestamps, headers, self.fmt)
+        data = encode_run(ordered, stored, deletes)
+        self._written()
+        # The file write runs beside the next chunk's decoding (it releases the GIL); one run
+        # at most waits in memory.
+        self._pending = self._writer.submit(self._file.write, data)
+        self.extents.append((self.nbytes, self.nbytes + len(data)))
+        self.nbytes += len(data)
+
+    def merged(self) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """The merged rows of every run, in key order, in batches of at most
+        :data:`MERGE_BATCH` (keys, stored values): the latest run wins, a key whose latest
+        record is a tombstone is left out. Each call merges from the start."""
+        self._written()
+        self._file.flush()
+        fd = self._file.fileno()
+        k = len(self.extents)
+        window = min(1 << 20, max(64 << 10, WINDOW_BUDGET // max(k, 1)))
+        read = [start for start, _ in self.extents]
+        ends = [end for _, end in self.extents]
+        bufs = [b""] * k
+        pos = [0] * k
+        more = [start < end for start, end in self.extents]
+        while True:
+            keys, values, need = merge_runs(bufs, pos, more, MERGE_BATCH)
+            if keys:
+                yield keys, values
+            if need < 0:
+                if not keys:
+                    return
+                continue
+            chunk = os.pread(fd, min(window, ends[need] - read[need]), read[need])
+            if not chunk:
+                raise StorageError("a restore run file ended early: its runs were cut")
+            read[need] += len(chunk)
+            bufs[need] = bufs[need][pos[need] :] + chunk
+            pos[need] = 0
+            more[need] = read[need] < ends[need]
+
+    def commit(self, offset: int) -> None:
+        """Merge the runs into the (empty) store and commit them with changelog ``offset``:
+        one LMDB write transaction, synced (see the module)."""
+        store = self.store
+        store.partition.commit_stream(  # type: ignore[attr-defined]
+            store.name, store.db, self.merged, offset, self.nbytes + self.nbytes // 2
+        )
