@@ -11,6 +11,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any, Final, Protocol
 
 import lmdb
@@ -589,10 +590,11 @@ class TxnReads(AtomicReads):
         h = self._handle(db)
         if h is None:
             return no_rows()
+        part = self._partition
+        verify = partial(part.verify_rows, db) if part.checksums else None
         try:
-            rows, frontier = read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n)
+            return read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n, verify)
         except lmdb.BadDbiError:
             if not self._readonly:
                 raise
             return no_rows()
-        return self._partition.verify_rows(db, rows), frontier
