@@ -1,9 +1,9 @@
 """The C chunk reader of committed rows (``csrc/scan_rows.c``, issue 27).
 
-:func:`~txstore.engine.iterators.read_lmdb_chunk` positions an LMDB cursor and hands its
+:func:`~txstore.engine.chunk_reads.read_lmdb_chunk` positions an LMDB cursor and hands its
 iterator to ``txstore._checksums.scan_rows``, which reads at most n rows, stops at the range's
 end and checks and strips the checksum trailers as it reads. Each test holds it against the
-Python path it replaced (:func:`~txstore.engine.iterators.read_lmdb_chunk_py` followed by the
+Python path it replaced (:func:`~txstore.engine.chunk_reads.read_lmdb_chunk_py` followed by the
 partition's ``verify_rows``) or against a model: on random real LMDB files, for every
 inclusive/exclusive bound, both directions, checksums on and off, under an overlay of puts,
 deletes and inserts. A flipped byte in ``data.mdb`` must raise the same
@@ -26,13 +26,8 @@ import pytest
 from txstore._checksums import scan_rows
 from txstore.bytestores.kv import BytesKeyValueStore
 from txstore.engine.checksums import recorded_damage, seal, unseal_rows
-from txstore.engine.iterators import (
-    ChunkedIterator,
-    KeyRange,
-    Row,
-    read_lmdb_chunk,
-    read_lmdb_chunk_py,
-)
+from txstore.engine.chunk_reads import read_lmdb_chunk, read_lmdb_chunk_py
+from txstore.engine.iterators import ChunkedIterator, KeyRange, Row
 from txstore.engine.partition import Partition
 from txstore.errors import DamagedFileError
 

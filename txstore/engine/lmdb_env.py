@@ -17,7 +17,8 @@ from typing import Any, Final, Protocol
 import lmdb
 
 from txstore.engine.base import AtomicReads, PartitionBase, fork_generation
-from txstore.engine.iterators import KeyRange, Row, no_rows, read_lmdb_chunk
+from txstore.engine.chunk_reads import read_lmdb_chunk
+from txstore.engine.iterators import KeyRange, Row, no_rows
 from txstore.engine.lmdb_errors import lmdb_error
 from txstore.engine.lmdb_files import check_data_file
 from txstore.engine.lmdb_sizing import initial_dbi_table, tune_malloc

@@ -19,7 +19,8 @@ import lmdb
 
 from txstore.engine.base import META_DB, AtomicReads, PartitionBase, Snapshot
 from txstore.engine.checksums import ChecksumError, unseal, unseal_rows
-from txstore.engine.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows, read_lmdb_chunk
+from txstore.engine.chunk_reads import read_lmdb_chunk
+from txstore.engine.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows
 from txstore.engine.lmdb_env import (
     META_PREFIX,
     OFFSET,
