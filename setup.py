@@ -29,6 +29,7 @@ CHECKSUMS = Extension(
         "csrc/restore_runs.c",
         "csrc/changelog_columns.c",
         "csrc/kv_get.c",
+        "csrc/scan_rows.c",
     ],
     py_limited_api=STABLE_ABI,
     extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],

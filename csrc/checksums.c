@@ -357,6 +357,9 @@ static PyMethodDef methods[] = {
      "-> the pairs of a short single-key session search, or None for the general path"},
     {"kv_getter", txs_kv_getter, METH_O,
      "kv_getter(state) -> a builtin get(key) for one key-value store (see csrc/kv_get.c)"},
+    {"scan_rows", (PyCFunction)(void (*)(void))txs_scan_rows, METH_FASTCALL,
+     "scan_rows(it, n, bound, inclusive, reverse, sealed) -> (rows, stopped), or None for the "
+     "general path: one chunk of a py-lmdb cursor iterator (see csrc/scan_rows.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,7 @@
 /* What the C files of the txstore._checksums extension share: csrc/checksums.c (the CRC32C
  * trailer, the module), csrc/rows.c (sort_rows, sort_columns, merge_rows), csrc/window_reader.c
- * (window_items, session_items), csrc/restore_rows.c (restore_rows), csrc/kv_get.c (kv_getter). */
+ * (window_items, session_items), csrc/restore_rows.c (restore_rows), csrc/kv_get.c (kv_getter),
+ * csrc/scan_rows.c (scan_rows). */
 #ifndef TXSTORE_CHECKSUMS_H
 #define TXSTORE_CHECKSUMS_H
 
@@ -66,6 +67,8 @@ int txs_window_reader_init(void);
 /* csrc/kv_get.c: kv_getter(state) and its interned names (0, or -1 with an exception). */
 PyObject *txs_kv_getter(PyObject *self, PyObject *state);
 int txs_kv_get_init(void);
+/* csrc/scan_rows.c: scan_rows(it, n, bound, inclusive, reverse, sealed). */
+PyObject *txs_scan_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* unseal(key, stored) for a value only the caller holds (stripped in place when it can be;
  * see unseal_one in csrc/checksums.c); NULL with ChecksumError on a mismatch. */
 PyObject *txs_unseal_owned(PyObject *key, PyObject *stored);

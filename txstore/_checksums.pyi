@@ -66,3 +66,6 @@ def session_items(
     sealed: bool,
     /,
 ) -> list[Any] | None: ...
+def scan_rows(
+    it: Any, n: int, bound: bytes | None, inclusive: bool, reverse: bool, sealed: bool, /
+) -> tuple[list[tuple[bytes, bytes]], bool] | None: ...

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from txstore.bytestores.kv import BytesKeyValueStore, MemoryPartition
 from txstore.engine.base import PartitionBase
+from txstore.engine.chunk_reads import read_lmdb_chunk
 from txstore.engine.iterators import (
     CHUNK_MIN,
     ChunkedIterator,
@@ -23,7 +24,6 @@ from txstore.engine.iterators import (
     Row,
     merge_rows,
     next_prefix,
-    read_lmdb_chunk,
 )
 from txstore.engine.partition import Partition
 

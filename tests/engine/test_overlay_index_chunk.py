@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import random
 
-from txstore.engine.iterators import KeyRange, read_sorted_chunk
+from txstore.engine.chunk_reads import read_sorted_chunk
+from txstore.engine.iterators import KeyRange
 from txstore.engine.overlay import SortedKeys, index_chunk
 
 

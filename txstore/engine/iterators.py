@@ -24,18 +24,23 @@ after the last frontier. Consequences, by design:
   ``Partition.snapshot``). Chunks start at 128 rows and double up to 1024, so a short range scan
   reads little and a full scan amortizes the transaction and merge costs.
 
-Measured on the 2-core build machine (1M committed 13-byte keys with 16-byte values, 10%
-changed in the overlay: 40% updates, 30% inserts, 30% tombstones): a full merged scan through
+Measured on the 2-core build machine (1M committed 13-byte keys with 16-byte values, 10% changed
+in the overlay: 40% updates, 30% inserts, 30% tombstones): a full merged scan through
 ``BytesKeyValueStore.all()`` ran at 2.4-2.9M rows/s forward and reverse (read-committed, no
-overlay: 3.9-4.2M rows/s; raw py-lmdb ``iternext``: 7-9.5M keys/s) while ``next()`` was a
-Python method. Now that it runs in C (:class:`ChunkedIterator`) and the merge too
-(:func:`merge_rows`), 200k committed 16-byte keys with 100-byte values, checksummed, scan at
-236 ns a row merged with such an overlay and 142 with an empty one, against 133 for raw
-py-lmdb (474 and 318 before, in runs made back to back). A prototype with 4096-row chunks ran
-at 1.8M rows/s (its overlay reads were mostly trimmed), hence 1024; a first chunk of 128 rows
-(against 64 or 256) gave the most 100-row range scans per second. The merge bisects the sparse
-tier into the dense one and copies runs of the dense tier; a two-pointer merge ran ~5% slower
-at 10% density and is used when the tiers are of similar size.
+overlay: 3.9-4.2M rows/s; raw py-lmdb ``iternext``: 7-9.5M keys/s) while ``next()`` was a Python
+method. Now that it runs in C (:class:`ChunkedIterator`) and the merge too (:func:`merge_rows`),
+200k committed 16-byte keys with 100-byte values, checksummed, scan at 236 ns a row merged with
+such an overlay and 142 with an empty one, against 133 for raw py-lmdb (474 and 318 before, in
+runs made back to back). Committed chunks are now read in C
+(:func:`~txstore.engine.chunk_reads.read_lmdb_chunk`: ``scan_rows`` drives py-lmdb's iterator,
+stops at the range's end, checks and strips the trailers): a checksummed committed scan of 200k
+rows runs within ~3% of raw ``iternext`` (207 against 201 ns a row in one run; 226 against 205
+before), merged 300 (317). py-lmdb itself is the floor: it releases and retakes the GIL for
+every row. A prototype with 4096-row chunks ran at 1.8M rows/s (its overlay reads were mostly
+trimmed), hence 1024; a first chunk of 128 rows (against 64 or 256) gave the most 100-row range
+scans per second. The merge bisects the sparse tier into the dense one and copies runs of the
+dense tier; a two-pointer merge ran ~5% slower at 10% density and is used when the tiers are of
+similar size.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import warnings
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from itertools import chain, islice
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Protocol
 
 from txstore._checksums import merge_rows as _merge_rows
@@ -69,8 +74,6 @@ __all__ = [
     "merge_rows",
     "next_prefix",
     "no_rows",
-    "read_lmdb_chunk",
-    "read_sorted_chunk",
 ]
 
 Row = tuple[bytes, bytes | None]
@@ -192,72 +195,6 @@ def cut_rows(rows: list[Any], key: bytes, reverse: bool) -> None:
         del rows[: bisect_left(rows, (key,))]
     else:
         del rows[bisect_left(rows, (key + b"\x00",)) :]
-
-
-def read_lmdb_chunk(
-    cursor: Any, rng: KeyRange, reverse: bool, n: int
-) -> tuple[list[Any], bytes | None]:
-    """Read one chunk of ``rng`` from an LMDB cursor: O(log N + n), in C but for a few calls."""
-    lo, hi = rng.lo, rng.hi
-    if not reverse:
-        if lo is None:
-            ok = cursor.first()
-        else:
-            ok = cursor.set_range(lo)
-            if ok and not rng.lo_inclusive and cursor.key() == lo:
-                ok = cursor.next()
-        if not ok:
-            return [], None
-        rows = list(islice(cursor.iternext(), n))
-        if (
-            hi is not None
-            and rows
-            and (rows[-1][0] > hi or (rows[-1][0] == hi and not rng.hi_inclusive))
-        ):
-            if rng.hi_inclusive:
-                del rows[bisect_left(rows, (hi + b"\x00",)) :]
-            else:
-                del rows[bisect_left(rows, (hi,)) :]
-            return rows, None
-        return rows, (rows[-1][0] if len(rows) == n else None)
-    if hi is None:
-        ok = cursor.last()
-    else:
-        ok = cursor.set_range(hi)
-        if ok:
-            if not rng.hi_inclusive or cursor.key() != hi:
-                ok = cursor.prev()
-        else:
-            ok = cursor.last()
-    if not ok:
-        return [], None
-    rows = list(islice(cursor.iterprev(), n))
-    rows.reverse()
-    if lo is not None and rows and (rows[0][0] < lo or (rows[0][0] == lo and not rng.lo_inclusive)):
-        if rng.lo_inclusive:
-            del rows[: bisect_left(rows, (lo,))]
-        else:
-            del rows[: bisect_left(rows, (lo + b"\x00",))]
-        return rows, None
-    return rows, (rows[0][0] if len(rows) == n else None)
-
-
-def read_sorted_chunk(
-    index: Any, mapping: Any, rng: KeyRange, reverse: bool, n: int
-) -> tuple[list[Row], bytes | None]:
-    """Read one chunk from a sortedcontainers index (``irange``) and a key->value mapping.
-
-    O(log N + n). ``index`` is a ``SortedList`` or a ``SortedDict``; ``mapping`` maps every key of
-    the index to its value.
-    """
-    keys = list(
-        islice(index.irange(rng.lo, rng.hi, (rng.lo_inclusive, rng.hi_inclusive), reverse), n)
-    )
-    frontier = keys[-1] if len(keys) == n else None
-    if reverse:
-        keys.reverse()
-    get = mapping.__getitem__
-    return [(k, get(k)) for k in keys], frontier
 
 
 def merge_rows(upper: list[Row], lower: list[Row], keep_tombstones: bool) -> list[Row]:

@@ -11,12 +11,14 @@ import struct
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any, Final, Protocol
 
 import lmdb
 
 from txstore.engine.base import AtomicReads, PartitionBase, fork_generation
-from txstore.engine.iterators import KeyRange, Row, no_rows, read_lmdb_chunk
+from txstore.engine.chunk_reads import read_lmdb_chunk
+from txstore.engine.iterators import KeyRange, Row, no_rows
 from txstore.engine.lmdb_errors import lmdb_error
 from txstore.engine.lmdb_files import check_data_file
 from txstore.engine.lmdb_sizing import initial_dbi_table, tune_malloc
@@ -589,10 +591,11 @@ class TxnReads(AtomicReads):
         h = self._handle(db)
         if h is None:
             return no_rows()
+        part = self._partition
+        verify = partial(part.verify_rows, db) if part.checksums else None
         try:
-            rows, frontier = read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n)
+            return read_lmdb_chunk(self._txn.cursor(h), rng, reverse, n, verify)
         except lmdb.BadDbiError:
             if not self._readonly:
                 raise
             return no_rows()
-        return self._partition.verify_rows(db, rows), frontier

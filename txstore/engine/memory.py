@@ -18,14 +18,8 @@ from typing import Any, TypeVar
 from sortedcontainers import SortedDict
 
 from txstore.engine.base import AtomicReads, PartitionBase, Snapshot
-from txstore.engine.iterators import (
-    ChunkSource,
-    FnSource,
-    KeyRange,
-    Row,
-    no_rows,
-    read_sorted_chunk,
-)
+from txstore.engine.chunk_reads import read_sorted_chunk
+from txstore.engine.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows
 from txstore.engine.overlay import Overlay
 
 __all__ = ["MemoryPartition"]

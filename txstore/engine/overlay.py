@@ -108,7 +108,7 @@ class SortedKeys(SortedList):  # type: ignore[misc]  # sortedcontainers ships no
 def index_chunk(
     index: SortedKeys, mem: dict[bytes, bytes | None], rng: KeyRange, reverse: bool, n: int
 ) -> tuple[list[Row], bytes | None]:
-    """What :func:`~txstore.engine.iterators.read_sorted_chunk` returns for a memory tier,
+    """What :func:`~txstore.engine.chunk_reads.read_sorted_chunk` returns for a memory tier,
     without a Python step per key: the range's two ends are positions found by bisection
     (``SortedList.bisect_left``/``bisect_right``), its keys one slice of the index (copies of
     the sublists, in C) and the rows ``zip(keys, map(mem.__getitem__, keys))``, where

@@ -12,13 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import lmdb
 
 from txstore.engine.base import META_DB, AtomicReads, PartitionBase, Snapshot
 from txstore.engine.checksums import ChecksumError, unseal, unseal_rows
-from txstore.engine.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows, read_lmdb_chunk
+from txstore.engine.chunk_reads import read_lmdb_chunk
+from txstore.engine.iterators import ChunkSource, FnSource, KeyRange, Row, no_rows
 from txstore.engine.lmdb_env import (
     META_PREFIX,
     OFFSET,
@@ -327,13 +329,15 @@ class PartitionReads(PartitionBase):
 
     def source(self, db: bytes, *, shared: bool = False) -> ChunkSource:
         def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
-            rows, frontier = self._read(
+            # trailers checked and stripped while reading (read_lmdb_chunk); verify_rows
+            # raises the typed error of a mismatch
+            verify = partial(self.verify_rows, db) if self.checksums else None
+            return self._read(
                 db,
                 shared,
-                lambda txn, h: read_lmdb_chunk(txn.cursor(h), rng, reverse, n),
+                lambda txn, h: read_lmdb_chunk(txn.cursor(h), rng, reverse, n, verify),
                 no_rows(),
             )
-            return self.verify_rows(db, rows), frontier
 
         return FnSource(read)
 
@@ -577,10 +581,11 @@ class LmdbSnapshot(Snapshot):
 
     def source(self, db: bytes) -> ChunkSource:
         def read(rng: KeyRange, reverse: bool, n: int) -> tuple[list[Row], bytes | None]:
-            rows, frontier = self.run(
-                db, lambda t, h: read_lmdb_chunk(t.cursor(h), rng, reverse, n), no_rows()
+            part = self.partition
+            verify = partial(part.verify_rows, db) if part.checksums else None
+            return self.run(
+                db, lambda t, h: read_lmdb_chunk(t.cursor(h), rng, reverse, n, verify), no_rows()
             )
-            return self.partition.verify_rows(db, rows), frontier
 
         return FnSource(read)
 

@@ -45,6 +45,7 @@ from sortedcontainers import SortedDict
 
 from txstore.engine.base import META_DB, AtomicReads, PartitionBase, Snapshot
 from txstore.engine.checksums import seal
+from txstore.engine.chunk_reads import read_sorted_chunk
 from txstore.engine.iterators import (
     EMPTY_SOURCE,
     ChunkSource,
@@ -52,7 +53,6 @@ from txstore.engine.iterators import (
     KeyRange,
     MergedSource,
     Row,
-    read_sorted_chunk,
 )
 from txstore.engine.lmdb_env import META_PREFIX, OFFSET, OFFSET_PREFIX
 from txstore.engine.overlay import Overlay

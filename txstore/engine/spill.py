@@ -48,7 +48,8 @@ from typing import Any, Final
 
 import lmdb
 
-from txstore.engine.iterators import KeyRange, Row, cut_rows, merge_rows, read_lmdb_chunk
+from txstore.engine.chunk_reads import read_lmdb_chunk
+from txstore.engine.iterators import KeyRange, Row, cut_rows, merge_rows
 from txstore.engine.lmdb_errors import lmdb_error
 from txstore.errors import StorageError
 
