@@ -15,6 +15,10 @@
  * struct format per column, which it compiled per batch, and a loop over the tombstones.
  * Columns that do not add up to the body (or a value length below -1) raise ValueError,
  * which the caller reports as a corrupt changelog with the file and offset.
+ *
+ * txstore._checksums.column_bytes(buf, pos, end, n, has_headers, lo, hi): the same checks
+ * without cutting anything; returns the keys', values' and headers' bytes of records [lo, hi)
+ * (restore reads a batch's columns in place, csrc/restore_rows.c's restore_frames).
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -52,6 +56,50 @@ static PyObject *cut(const char *data, const char *lens, Py_ssize_t n, int tombs
     return out;
 }
 
+/* Check the columns of a batch of n records whose timestamps column starts at data + p (the
+ * body ends at data + end, has_headers: a headers-lengths column): every length read stays in
+ * the body, the value lengths are >= -1 and the lengths add up to the body exactly. Sets the
+ * keys', values' and headers' total bytes (*ksum, *vsum, *hsum), whether there are tombstones,
+ * and (when slice is not NULL) the bytes of records [lo, hi) into *slice. -1 with ValueError. */
+int txs_column_sums(const char *data, Py_ssize_t p, Py_ssize_t end, Py_ssize_t n, int has_headers, Py_ssize_t lo,
+                    Py_ssize_t hi, uint64_t *ksum, uint64_t *vsum, uint64_t *hsum, int *tombstones,
+                    uint64_t *slice) {
+    Py_ssize_t per = has_headers ? 20 : 16;
+    if (p < 0 || n < 0 || p > end || n > (end - p) / per) {
+        not_adding_up();
+        return -1;
+    }
+    const char *ts = data + p, *klens = ts + 8 * n, *vlens = klens + 4 * n;
+    const char *hlens = vlens + 4 * n, *body = hlens + (has_headers ? 4 * n : 0);
+    uint64_t k = 0, v = 0, h = 0, part = 0;
+    int dead = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t kl = get_le32(klens + 4 * i), hl = has_headers ? get_le32(hlens + 4 * i) : 0;
+        int32_t vl = (int32_t)get_le32(vlens + 4 * i);
+        if (vl < -1) {
+            not_adding_up();
+            return -1;
+        }
+        k += kl;
+        h += hl;
+        if (vl == -1)
+            dead = 1;
+        else
+            v += (uint32_t)vl;
+        if (i >= lo && i < hi) part += kl + hl + (vl > 0 ? (uint32_t)vl : 0);
+    }
+    if (k + v + h != (uint64_t)(data + end - body)) {
+        not_adding_up();
+        return -1;
+    }
+    *ksum = k;
+    *vsum = v;
+    *hsum = h;
+    *tombstones = dead;
+    if (slice != NULL) *slice = part;
+    return 0;
+}
+
 PyObject *txs_decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (want_args(nargs, 6, "decode_columns") < 0) return NULL;
@@ -75,17 +123,7 @@ PyObject *txs_decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t n
     const char *hlens = vlens + 4 * n, *body = hlens + (has_headers ? 4 * n : 0);
     uint64_t ksum = 0, vsum = 0, hsum = 0;
     int tombstones = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        ksum += get_le32(klens + 4 * i);
-        int32_t v = (int32_t)get_le32(vlens + 4 * i);
-        if (v < -1) return not_adding_up();
-        if (v == -1)
-            tombstones = 1;
-        else
-            vsum += (uint32_t)v;
-        if (has_headers) hsum += get_le32(hlens + 4 * i);
-    }
-    if (ksum + vsum + hsum != (uint64_t)(data + end - body)) return not_adding_up();
+    if (txs_column_sums(data, p, end, n, has_headers, 0, 0, &ksum, &vsum, &hsum, &tombstones, NULL) < 0) return NULL;
 
     PyObject *stamps = PyTuple_New(n), *keys = NULL, *values = NULL, *headers = NULL;
     if (stamps == NULL) return NULL;
@@ -136,4 +174,29 @@ fail:
     Py_XDECREF(values);
     Py_XDECREF(headers);
     return NULL;
+}
+
+PyObject *txs_column_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (want_args(nargs, 7, "column_bytes") < 0) return NULL;
+    if (need_bytes(args[0], "buf") < 0) return NULL;
+    Py_ssize_t v[6];
+    for (int i = 0; i < 6; i++) {
+        v[i] = PyLong_AsSsize_t(args[i + 1]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    char *data;
+    Py_ssize_t size;
+    if (PyBytes_AsStringAndSize(args[0], &data, &size) < 0) return NULL;
+    Py_ssize_t p = v[0], end = v[1], n = v[2], lo = v[4], hi = v[5];
+    if (end > size) return not_adding_up();
+    if (lo < 0 || lo > hi || hi > n) {
+        PyErr_SetString(PyExc_ValueError, "record slice out of range");
+        return NULL;
+    }
+    uint64_t ksum, vsum, hsum, slice;
+    int tombstones;
+    if (txs_column_sums(data, p, end, n, v[3] != 0, lo, hi, &ksum, &vsum, &hsum, &tombstones, &slice) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(slice);
 }

@@ -338,6 +338,12 @@ static PyMethodDef methods[] = {
     {"decode_columns", (PyCFunction)(void (*)(void))txs_decode_columns, METH_FASTCALL,
      "decode_columns(buf, pos, end, n, has_headers, keys_only) -> (timestamps, keys, values, "
      "headers, nbytes): the columns of a changelog batch (see csrc/changelog_columns.c)"},
+    {"column_bytes", (PyCFunction)(void (*)(void))txs_column_bytes, METH_FASTCALL,
+     "column_bytes(buf, pos, end, n, has_headers, lo, hi) -> the bytes of records [lo, hi) of a "
+     "changelog batch whose columns are checked as decode_columns checks them"},
+    {"restore_frames", (PyCFunction)(void (*)(void))txs_restore_frames, METH_FASTCALL,
+     "restore_frames(frames, fmt, seal, max_key) -> restore_rows's (keys, stored, deletes) of "
+     "changelog batches read in place: frames a list of (buf, pos, end, n, has_headers, lo, hi)"},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, "crc32c(data, crc=0) -> int"},
     {"set_hardware", py_set_hardware, METH_O,
      "set_hardware(on) -> previous: use the CPU's CRC32C instruction when on and available "

@@ -17,6 +17,14 @@ PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nar
 PyObject *txs_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_merge_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* restore_frames(frames, fmt, seal, max_key): restore_rows on changelog columns read in place. */
+PyObject *txs_restore_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* column_bytes(buf, pos, end, n, has_headers, lo, hi): csrc/changelog_columns.c. */
+PyObject *txs_column_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* The checks of a changelog batch's columns (csrc/changelog_columns.c); -1 with ValueError. */
+int txs_column_sums(const char *data, Py_ssize_t p, Py_ssize_t end, Py_ssize_t n, int has_headers, Py_ssize_t lo,
+                    Py_ssize_t hi, uint64_t *ksum, uint64_t *vsum, uint64_t *hsum, int *tombstones,
+                    uint64_t *slice);
 
 /* Exact types first: a pointer comparison, where the stable ABI's PyBytes_Check and
  * PyTuple_Check are function calls (PyType_GetFlags); subclasses take the call. */

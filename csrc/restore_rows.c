@@ -199,6 +199,29 @@ typedef struct {
     int64_t *ts;
 } scratch_t;
 
+/* Allocate the scratch of n records (timestamps and headers when the format has them); 0 with
+ * MemoryError. */
+static int scratch_alloc(scratch_t *s, Py_ssize_t n, int has_ts, int has_h) {
+    size_t m = n > 0 ? (size_t)n : 1;
+    s->items = PyMem_Malloc(m * sizeof *s->items);
+    s->tmp = PyMem_Malloc(m * sizeof *s->tmp);
+    s->k = PyMem_Malloc(m * sizeof *s->k);
+    s->v = PyMem_Malloc(m * sizeof *s->v);
+    s->len = PyMem_Malloc(m * sizeof *s->len);
+    s->vlen = PyMem_Malloc(m * sizeof *s->vlen);
+    if (has_ts) s->ts = PyMem_Malloc(m * sizeof *s->ts);
+    if (has_h) {
+        s->h = PyMem_Malloc(m * sizeof *s->h);
+        s->hlen = PyMem_Malloc(m * sizeof *s->hlen);
+    }
+    if (s->items == NULL || s->tmp == NULL || s->k == NULL || s->v == NULL || s->len == NULL || s->vlen == NULL ||
+        (has_ts && s->ts == NULL) || (has_h && (s->h == NULL || s->hlen == NULL))) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
+}
+
 static void scratch_free(scratch_t *s) {
     PyMem_Free(s->items);
     PyMem_Free(s->tmp);
@@ -274,7 +297,8 @@ static int load(scratch_t *s, PyObject *keys, PyObject *values, PyObject *stamps
     return 1;
 }
 
-/* Build (keys, stored values, deletes) from the sorted items: the last record of each key.
+/* Build (keys, stored values, deletes) from the sorted items: the last record of each key
+ * (keys: the input's key objects, or NULL to make them from the key bytes).
  * Keys are read in sorted order, so all over memory: the key and value objects a few items
  * ahead are prefetched. */
 static PyObject *emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int seal) {
@@ -302,8 +326,14 @@ static PyObject *emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int s
         }
         uint32_t idx = it[i].idx;
         if (idx == UINT32_MAX) continue;
-        PyObject *key = PyList_GetItem(keys, idx);
-        Py_INCREF(key);
+        PyObject *key;
+        if (keys != NULL) {
+            key = PyList_GetItem(keys, idx);
+            Py_INCREF(key);
+        } else { /* restore_frames: the key's bytes are in the changelog's buffer */
+            key = PyBytes_FromStringAndSize(s->k[idx], s->len[idx]);
+            if (key == NULL) goto fail;
+        }
         if (it[i].dead) {
             PyList_SetItem(dels, id++, key); /* steals */
             continue;
@@ -328,6 +358,20 @@ fail:
     Py_XDECREF(out_values);
     Py_XDECREF(dels);
     return NULL;
+}
+
+/* Sort the loaded records and emit the last record of each key (see emit). */
+static PyObject *sort_and_emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int seal) {
+    g_keys.k = s->k;
+    g_keys.len = s->len;
+    if (n > 1) {
+        radix_sort(s->items, s->tmp, (size_t)n);
+        sort_runs(s->items, (size_t)n);
+    }
+    PyObject *res = emit(s, keys, n, fmt, seal);
+    g_keys.k = NULL;
+    g_keys.len = NULL;
+    return res;
 }
 
 PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -362,33 +406,166 @@ PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     scratch_t s = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    size_t m = n > 0 ? (size_t)n : 1;
-    s.items = PyMem_Malloc(m * sizeof *s.items);
-    s.tmp = PyMem_Malloc(m * sizeof *s.tmp);
-    s.k = PyMem_Malloc(m * sizeof *s.k);
-    s.v = PyMem_Malloc(m * sizeof *s.v);
-    s.len = PyMem_Malloc(m * sizeof *s.len);
-    s.vlen = PyMem_Malloc(m * sizeof *s.vlen);
-    if (has_ts) s.ts = PyMem_Malloc(m * sizeof *s.ts);
-    if (has_h) {
-        s.h = PyMem_Malloc(m * sizeof *s.h);
-        s.hlen = PyMem_Malloc(m * sizeof *s.hlen);
-    }
     PyObject *res = NULL;
-    if (s.items == NULL || s.tmp == NULL || s.k == NULL || s.v == NULL || s.len == NULL || s.vlen == NULL ||
-        (has_ts && s.ts == NULL) || (has_h && (s.h == NULL || s.hlen == NULL))) {
-        PyErr_NoMemory();
+    if (!scratch_alloc(&s, n, has_ts, has_h)) {
+        /* MemoryError set */
     } else if (load(&s, keys, values, stamps, headers, n, (int)fmt, max_key)) {
-        g_keys.k = s.k;
-        g_keys.len = s.len;
-        if (n > 1) {
-            radix_sort(s.items, s.tmp, (size_t)n);
-            sort_runs(s.items, (size_t)n);
-        }
-        res = emit(&s, keys, n, (int)fmt, seal);
-        g_keys.k = NULL;
-        g_keys.len = NULL;
+        res = sort_and_emit(&s, keys, n, (int)fmt, seal);
     }
     scratch_free(&s);
+    return res;
+}
+
+/* ---------------------------------------------------------------------- restore_frames
+ *
+ * restore_frames(frames, fmt, seal, max_key): restore_rows of changelog records read where the
+ * changelog's reader left them, in its read buffers, without a bytes object per record: frames
+ * is a list of (buf, pos, end, n, has_headers, lo, hi) tuples, each the columns of one stored
+ * batch (buf bytes, its timestamps column at pos, its body ending at end, n records, with or
+ * without a headers column: csrc/changelog_columns.c) of which records [lo, hi) are taken, in
+ * the list's order. The columns are checked as decode_columns checks them; a key of 0 or more
+ * than max_key bytes raises ValueError like restore_rows (the caller decodes the records and
+ * takes the checked path). Output as restore_rows', with one new key object per live key. */
+
+typedef struct {
+    const char *buf;
+    Py_ssize_t p, end, n, lo, hi;
+    int has_h;
+} frame_t;
+
+static int frame_arg(PyObject *t, frame_t *f) {
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != 7) {
+        PyErr_SetString(PyExc_TypeError, "a frame must be a tuple (buf, pos, end, n, has_headers, lo, hi)");
+        return 0;
+    }
+    PyObject *buf = PyTuple_GetItem(t, 0);
+    if (!PyBytes_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "a frame's buf must be bytes");
+        return 0;
+    }
+    Py_ssize_t v[6];
+    for (int i = 0; i < 6; i++) {
+        PyObject *o = PyTuple_GetItem(t, i + 1);
+        if (!PyLong_Check(o)) {
+            PyErr_SetString(PyExc_TypeError, "a frame's positions must be int");
+            return 0;
+        }
+        v[i] = PyLong_AsSsize_t(o);
+        if (v[i] == -1 && PyErr_Occurred()) return 0;
+    }
+    char *data;
+    Py_ssize_t size;
+    if (PyBytes_AsStringAndSize(buf, &data, &size) < 0) return 0;
+    f->buf = data;
+    f->p = v[0];
+    f->end = v[1];
+    f->n = v[2];
+    f->has_h = v[3] != 0;
+    f->lo = v[4];
+    f->hi = v[5];
+    if (f->end > size || f->end < 0) {
+        PyErr_SetString(PyExc_ValueError, "batch columns do not add up to its length");
+        return 0;
+    }
+    if (f->lo < 0 || f->lo > f->hi || f->hi > f->n) {
+        PyErr_SetString(PyExc_ValueError, "record slice out of range");
+        return 0;
+    }
+    return 1;
+}
+
+/* Fill the scratch from records [lo, hi) of frame f, at s index *at on. 0 on error. */
+static int load_frame(scratch_t *s, const frame_t *f, Py_ssize_t *at, Py_ssize_t max_key) {
+    uint64_t ksum, vsum, hsum;
+    int tombstones;
+    if (txs_column_sums(f->buf, f->p, f->end, f->n, f->has_h, 0, 0, &ksum, &vsum, &hsum, &tombstones, NULL) < 0)
+        return 0;
+    Py_ssize_t n = f->n;
+    const char *ts = f->buf + f->p, *klens = ts + 8 * n, *vlens = klens + 4 * n;
+    const char *hlens = vlens + 4 * n, *body = hlens + (f->has_h ? 4 * n : 0);
+    const char *kp = body, *vp = body + ksum, *hp = body + ksum + vsum;
+    Py_ssize_t j = *at;
+    for (Py_ssize_t i = 0; i < f->hi; i++) {
+        uint32_t kn = get_le32(klens + 4 * i), hn = f->has_h ? get_le32(hlens + 4 * i) : 0;
+        int32_t vn = (int32_t)get_le32(vlens + 4 * i);
+        if (i >= f->lo) {
+            if (kn < 1 || (Py_ssize_t)kn > max_key) {
+                PyErr_SetString(PyExc_ValueError, "key length out of range");
+                return 0;
+            }
+            s->k[j] = kp;
+            s->len[j] = kn;
+            uint64_t pre = 0;
+            for (uint32_t b = 0; b < 8; b++) pre = (pre << 8) | (b < kn ? (unsigned char)kp[b] : 0u);
+            s->items[j].pre = pre;
+            s->items[j].idx = (uint32_t)j;
+            s->items[j].dead = vn == -1;
+            s->v[j] = vp;
+            s->vlen[j] = vn == -1 ? 0 : vn;
+            if (s->ts) {
+                const char *t = ts + 8 * i;
+                s->ts[j] = (int64_t)((uint64_t)get_le32(t) | (uint64_t)get_le32(t + 4) << 32);
+            }
+            if (s->h) {
+                s->h[j] = hp;
+                s->hlen[j] = hn;
+            }
+            j++;
+        }
+        kp += kn;
+        if (vn > 0) vp += vn;
+        hp += hn;
+    }
+    *at = j;
+    return 1;
+}
+
+PyObject *txs_restore_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "restore_frames(frames, fmt, seal, max_key) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *frames = args[0];
+    long fmt = PyLong_AsLong(args[1]);
+    if (fmt == -1 && PyErr_Occurred()) return NULL;
+    int seal = PyObject_IsTrue(args[2]);
+    if (seal < 0) return NULL;
+    Py_ssize_t max_key = PyLong_AsSsize_t(args[3]);
+    if (max_key == -1 && PyErr_Occurred()) return NULL;
+    if (fmt < F_PLAIN || fmt > F_PLAIN_HEADERS) {
+        PyErr_SetString(PyExc_ValueError, "unknown value format");
+        return NULL;
+    }
+    if (!PyList_Check(frames)) {
+        PyErr_SetString(PyExc_TypeError, "frames must be a list");
+        return NULL;
+    }
+    Py_ssize_t nf = PyList_Size(frames), n = 0;
+    frame_t *fs = PyMem_Malloc((size_t)(nf > 0 ? nf : 1) * sizeof *fs);
+    if (fs == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        if (!frame_arg(PyList_GetItem(frames, i), &fs[i])) {
+            PyMem_Free(fs);
+            return NULL;
+        }
+        n += fs[i].hi - fs[i].lo;
+    }
+    if (n > 0xffffffffL) {
+        PyMem_Free(fs);
+        PyErr_SetString(PyExc_ValueError, "too many records for one chunk");
+        return NULL;
+    }
+    int has_ts = fmt == F_HEADERS || fmt == F_TIMESTAMPED;
+    int has_h = fmt == F_HEADERS || fmt == F_PLAIN_HEADERS;
+    scratch_t s = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    PyObject *res = NULL;
+    if (scratch_alloc(&s, n, has_ts, has_h)) {
+        Py_ssize_t at = 0, i = 0;
+        while (i < nf && load_frame(&s, &fs[i], &at, max_key)) i++;
+        if (i == nf) res = sort_and_emit(&s, NULL, n, (int)fmt, seal);
+    }
+    scratch_free(&s);
+    PyMem_Free(fs);
     return res;
 }

@@ -325,6 +325,8 @@ class Probe:
             # commit in one transaction: timed as "commit"
             raw.restore_records = self.timed("commit", raw.restore_records)
             raw.restore_batch = self.timed("commit", raw.restore_batch)
+            if hasattr(raw, "restore_frames"):  # the same, reading the changelog in place
+                raw.restore_frames = self.timed("commit", raw.restore_frames)
         else:
             raw.restore = self.timed("apply", raw.restore)
         read = log.read_committed_batches
@@ -337,6 +339,16 @@ class Probe:
             return _TimedBatches(it, probe.ns)
 
         log.read_committed_batches = read_committed_batches  # type: ignore[method-assign,assignment]
+        read_frames = getattr(log, "read_committed_frames", None)
+        if read_frames is not None:  # key-value restore's undecoded batches
+
+            def read_committed_frames(from_offset: int = 0) -> _TimedBatches:
+                t0 = time.perf_counter_ns()
+                it = read_frames(from_offset)
+                probe.ns["decode"] += time.perf_counter_ns() - t0
+                return _TimedBatches(it, probe.ns)
+
+            log.read_committed_frames = read_committed_frames  # type: ignore[method-assign,assignment]
 
     @contextlib.contextmanager
     def converter(self) -> Iterator[None]:

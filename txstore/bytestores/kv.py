@@ -31,7 +31,7 @@ from txstore.engine.base import (
     check_offset,
     check_store_name,
 )
-from txstore.engine.checksums import restore_rows
+from txstore.engine.checksums import frame_records, restore_frames, restore_rows
 from txstore.engine.iterators import (
     EMPTY_SOURCE,
     ChunkedIterator,
@@ -419,6 +419,38 @@ class BytesKeyValueStore(_Reads):
             if fmt != ValueFormat.PLAIN:
                 converted = records_to_values(fmt, values, timestamps, headers)
             self.restore_batch(keys, converted, changelog_offset)
+            return
+        part.commit_columns(self.name, self.db, ordered, stored, deletes, changelog_offset)
+
+    def restore_frames(
+        self,
+        frames: list[tuple[bytes, int, int, int, int, int, int]],
+        fmt: ValueFormat,
+        changelog_offset: int,
+    ) -> None:
+        """:meth:`restore_records` of changelog records left where the changelog reader read
+        them (``frames``: ``(buf, pos, end, n, has_headers, lo, hi)`` tuples, records
+        ``[lo, hi)`` of a stored batch whose columns start at ``buf[pos]``, in changelog order;
+        see :class:`~txstore.changelog.reader.FrameBatch`). The C pass (``restore_frames``)
+        reads each key and value once from the buffer and writes it once into the stored
+        ``bytes``: no object per record, one per live key and value.
+
+        Anything it cannot take (a key of 0 or more than 511 bytes, columns that do not add
+        up) decodes the records and goes through :meth:`restore_records`, which raises the
+        typed error before anything is written (columns that do not add up, or a slice out of
+        the batch: :class:`~txstore.errors.InvalidArgumentError`).
+        """
+        self._check_writable()
+        if not isinstance(frames, list):
+            raise InvalidTypeError(f"frames must be a list, got {type(frames).__name__}")
+        part = self.partition
+        try:
+            ordered, stored, deletes = restore_frames(
+                frames, int(fmt), part.checksums, MAX_KEY_SIZE
+            )
+        except (TypeError, ValueError, OverflowError):
+            keys, values, stamps, headers = frame_records(frames)
+            self.restore_records(keys, values, stamps, headers, fmt, changelog_offset)
             return
         part.commit_columns(self.name, self.db, ordered, stored, deletes, changelog_offset)
 

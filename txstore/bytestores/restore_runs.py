@@ -49,8 +49,8 @@ from txstore._checksums import encode_run, merge_runs
 from txstore.bytestores.kv import BytesKeyValueStore, checked_rows
 from txstore.codecs import ValueFormat, records_to_values
 from txstore.engine.base import MAX_KEY_SIZE
-from txstore.engine.checksums import restore_rows, seal
-from txstore.errors import StorageError
+from txstore.engine.checksums import frame_records, restore_frames, restore_rows, seal
+from txstore.errors import InvalidTypeError, StorageError
 
 __all__ = ["MERGE_BATCH", "PREFIX", "WINDOW_BUDGET", "SortedRuns", "sorted_restore_applies"]
 
@@ -151,7 +151,24 @@ class SortedRuns:
     ) -> None:
         """Write the run of one restore chunk (changelog records in their order; a later
         record of a key wins). A bad item raises its typed error; nothing is written."""
-        ordered, stored, deletes = _columns(self.store, keys, values, timestamps, headers, self.fmt)
+        self._add(*_columns(self.store, keys, values, timestamps, headers, self.fmt))
+
+    def add_frames(self, frames: list[Any]) -> None:
+        """:meth:`add` of records left in the changelog reader's buffers (``frames``: the
+        slices of :meth:`~txstore.bytestores.kv.BytesKeyValueStore.restore_frames`), read
+        in place by the C ``restore_frames``; anything it refuses is decoded and takes
+        :meth:`add`'s checked path (typed errors, nothing written)."""
+        if not isinstance(frames, list):
+            raise InvalidTypeError(f"frames must be a list, got {type(frames).__name__}")
+        checksums = bool(self.store.partition.checksums)
+        try:
+            columns = restore_frames(frames, int(self.fmt), checksums, MAX_KEY_SIZE)
+        except (TypeError, ValueError, OverflowError):
+            self.add(*frame_records(frames))
+            return
+        self._add(*columns)
+
+    def _add(self, ordered: list[bytes], stored: list[bytes], deletes: list[bytes]) -> None:
         data = encode_run(ordered, stored, deletes)
         self._written()
         # The file write runs beside the next chunk's decoding (it releases the GIL); one run

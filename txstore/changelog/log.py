@@ -54,6 +54,7 @@ from txstore.changelog.history import CommitHistory, CommitRecord
 from txstore.changelog.reader import (
     BatchIterator,
     ChangelogRecord,
+    FrameIterator,
     RecordBatch,
     RecordIterator,
     SegmentRef,
@@ -403,6 +404,15 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
         the rest); above :attr:`committed_end_offset` raises :class:`OffsetError` (a store
         that claims more than the changelog committed). O(bytes read).
         """
+        return self._batches(from_offset, False)
+
+    def read_committed_frames(self, from_offset: int = 0) -> FrameIterator:
+        """:meth:`read_committed_batches` with the batches left undecoded in the reader's
+        buffers (:class:`~txstore.changelog.reader.FrameBatch`: restore's input, no object per
+        record). Same checks and errors. O(bytes read)."""
+        return FrameIterator(self._batches(from_offset, True))
+
+    def _batches(self, from_offset: int, frames: bool) -> BatchIterator:
         self._check_open()
         if isinstance(from_offset, bool) or not isinstance(from_offset, int):
             raise InvalidTypeError(f"from_offset must be an int, got {type(from_offset).__name__}")
@@ -414,7 +424,7 @@ class FileChangelog(TransactionWriter, CommitHistory, SegmentSource):
                 f"from_offset {from_offset} is beyond the committed end {end} of changelog "
                 f"{self.path!r}"
             )
-        it = BatchIterator(self, refs, from_offset, end)
+        it = BatchIterator(self, refs, from_offset, end, frames=frames)
         if not it.closed:
             self._iterators.add(it)
         return it

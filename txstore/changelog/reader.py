@@ -26,18 +26,28 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple
 
+from txstore._checksums import column_bytes, decode_columns
 from txstore.changelog.format import (
     T_BATCH,
     Frame,
     FrameReader,
     batch_info,
+    batch_layout,
     corruption,
     decode_batch,
     frame_problem,
 )
 from txstore.changelog.markers import decode_marker
 
-__all__ = ["BatchIterator", "ChangelogRecord", "RecordBatch", "RecordIterator", "SegmentRef"]
+__all__ = [
+    "BatchIterator",
+    "ChangelogRecord",
+    "FrameBatch",
+    "FrameIterator",
+    "RecordBatch",
+    "RecordIterator",
+    "SegmentRef",
+]
 
 
 class ChangelogRecord(NamedTuple):
@@ -93,6 +103,39 @@ class RecordBatch:
         return self.offsets[-1]
 
 
+#: A stored batch's columns in a read buffer: (buf, pos, end, n, has_headers, lo, hi), records
+#: [lo, hi) of the n whose columns start at ``buf[pos]`` (``restore_frames`` takes a list).
+FrameSlice = tuple[bytes, int, int, int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameBatch:
+    """Consecutive committed records of one stored batch left undecoded where the reader read
+    them: ``frame`` says where their columns are (checked: they add up to the batch), ``offsets``
+    their offsets, ``nbytes`` their keys', values' and headers' bytes. :meth:`decode` gives the
+    :class:`RecordBatch`. What restore reads, so that no object is made per record."""
+
+    offsets: Sequence[int]
+    frame: FrameSlice
+    nbytes: int
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def decode(self) -> RecordBatch:
+        """The records as a :class:`RecordBatch` (one object per item)."""
+        return decode_frame(self.frame, self.offsets)
+
+
+def decode_frame(frame: FrameSlice, offsets: Sequence[int]) -> RecordBatch:
+    """The records ``[lo, hi)`` of ``frame`` (their ``offsets`` given) as a :class:`RecordBatch`."""
+    buf, p, end, n, has_headers, lo, hi = frame
+    stamps, keys, values, headers, nbytes = decode_columns(buf, p, end, n, has_headers, False)
+    if lo == 0 and hi == n:
+        return RecordBatch(offsets, keys, values, stamps, headers, nbytes)
+    return RecordBatch(offsets, keys[lo:hi], values[lo:hi], stamps[lo:hi], headers[lo:hi])
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentRef:
     """A segment as an iterator sees it: ``limit`` bytes of the file with inode ``ino`` are
@@ -117,7 +160,8 @@ class SegmentSource:
 
 class BatchIterator:
     """Committed records with offsets in ``[from_offset, end)`` as :class:`RecordBatch` objects,
-    one per stored batch (as large as the writer's ``batch_bytes``).
+    one per stored batch (as large as the writer's ``batch_bytes``); ``frames=True``: as
+    :class:`FrameBatch` objects, left undecoded (their columns checked).
 
     Closeable and a context manager; exhausted, it closes itself; garbage-collected while open,
     it emits a ``ResourceWarning``. Cost: O(bytes read), with one CRC per stored batch.
@@ -129,8 +173,11 @@ class BatchIterator:
         segments: list[SegmentRef],
         from_offset: int,
         end: int,
+        *,
+        frames: bool = False,
     ) -> None:
         self._source: SegmentSource | None = source
+        self._raw = frames
         self._segs = segments
         self._idx = _start_index(segments, from_offset)
         self._next = from_offset
@@ -149,6 +196,13 @@ class BatchIterator:
         return self
 
     def __next__(self) -> RecordBatch:
+        batch = self.next_batch()
+        assert isinstance(batch, RecordBatch)  # frames=False
+        return batch
+
+    def next_batch(self) -> RecordBatch | FrameBatch:
+        """The next batch (a :class:`FrameBatch` when made with ``frames=True``); raises
+        ``StopIteration`` at the end."""
         while not self._closed:
             frames = self._frames
             if frames is None:
@@ -176,7 +230,7 @@ class BatchIterator:
         self.close()
         raise StopIteration
 
-    def _batch(self, frame: Frame) -> RecordBatch | None:
+    def _batch(self, frame: Frame) -> RecordBatch | FrameBatch | None:
         try:
             info = batch_info(frame)
             last = info.last_offset
@@ -191,13 +245,17 @@ class BatchIterator:
             if last < self._next:
                 self._file_next = last + 1
                 return None  # wholly before the start offset: not decoded
-            cols = decode_batch(frame)
+            if self._raw:
+                offsets, p, end, n, has_headers, _, _ = batch_layout(frame)
+                nbytes = column_bytes(frame.buf, p, end, n, has_headers, 0, n)  # checks them
+            else:
+                cols = decode_batch(frame)
+                offsets = cols.offsets
         except (ValueError, struct.error):
             raise corruption(
                 self._path, frame.pos, self._file_next, "malformed record batch"
             ) from None
         self._file_next = last + 1
-        offsets = cols.offsets
         lo = 0 if offsets[0] >= self._next else bisect_left(offsets, self._next)
         hi = len(offsets) if offsets[-1] < self._end else bisect_left(offsets, self._end)
         if hi < len(offsets):
@@ -206,7 +264,13 @@ class BatchIterator:
         if lo >= hi:
             return None
         self._next = offsets[hi - 1] + 1
-        if lo == 0 and hi == len(offsets):
+        whole = lo == 0 and hi == len(offsets)
+        if self._raw:
+            if not whole:
+                nbytes = column_bytes(frame.buf, p, end, n, has_headers, lo, hi)
+                offsets = offsets[lo:hi]
+            return FrameBatch(offsets, (frame.buf, p, end, n, has_headers, lo, hi), nbytes)
+        if whole:
             return RecordBatch(
                 offsets, cols.keys, cols.values, cols.timestamps, cols.headers, cols.nbytes
             )
@@ -284,6 +348,38 @@ class BatchIterator:
                 stacklevel=2,
                 source=self,
             )
+
+
+class FrameIterator:
+    """Committed records as :class:`FrameBatch` objects (a :class:`BatchIterator` made with
+    ``frames=True``). Closeable and a context manager, like it."""
+
+    __slots__ = ("_batches",)
+
+    def __init__(self, batches: BatchIterator) -> None:
+        self._batches = batches
+
+    def __iter__(self) -> FrameIterator:
+        return self
+
+    def __next__(self) -> FrameBatch:
+        batch = self._batches.next_batch()
+        assert isinstance(batch, FrameBatch)  # frames=True
+        return batch
+
+    def close(self) -> None:
+        """Release the iterator. Idempotent."""
+        self._batches.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._batches.closed
+
+    def __enter__(self) -> FrameIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _start_index(segments: list[SegmentRef], offset: int) -> int:

@@ -38,13 +38,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Final
+from typing import Any, Final
 
 from txstore._checksums import (
     ChecksumError,
     crc32c,
+    decode_columns,
     hardware,
     kv_getter,
+    restore_frames,
     restore_rows,
     seal,
     seal_rows,
@@ -54,7 +56,7 @@ from txstore._checksums import (
     unseal,
     unseal_rows,
 )
-from txstore.errors import DamagedFileError
+from txstore.errors import DamagedFileError, InvalidArgumentError
 
 __all__ = [
     "DAMAGE_FILE",
@@ -65,10 +67,13 @@ __all__ = [
     "clear_damage",
     "crc32c",
     "damaged_entry",
+    "decode_columns",
+    "frame_records",
     "hardware",
     "kv_getter",
     "record_damage",
     "recorded_damage",
+    "restore_frames",
     "restore_rows",
     "seal",
     "seal_rows",
@@ -139,3 +144,31 @@ def clear_damage(partition: str) -> None:
     """Forget the recorded damage of ``partition`` (after its stores were rebuilt)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(partition, DAMAGE_FILE))
+
+
+def frame_records(
+    frames: list[Any],
+) -> tuple[list[bytes], list[bytes | None], list[int], list[bytes]]:
+    """The records of ``restore_frames``' frame slices ``(buf, pos, end, n, has_headers, lo,
+    hi)``, decoded into columns (keys, values, timestamps, headers): the input of the checked
+    path when the C pass refuses an item. A slice that is not one of a changelog batch raises
+    :class:`~txstore.errors.InvalidArgumentError`. O(records)."""
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
+    stamps: list[int] = []
+    headers: list[bytes] = []
+    for frame in frames:
+        try:
+            if not isinstance(frame, tuple):
+                raise TypeError(f"a frame must be a tuple, got {type(frame).__name__}")
+            buf, pos, end, n, has_headers, lo, hi = frame
+            cols = decode_columns(buf, pos, end, n, has_headers, False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"restore: not a changelog batch: {exc}") from None
+        if not 0 <= lo <= hi <= n:
+            raise InvalidArgumentError(f"restore: records [{lo}, {hi}) of {n}")
+        keys += cols[1][lo:hi]
+        values += cols[2][lo:hi]
+        stamps += cols[0][lo:hi]
+        headers += cols[3][lo:hi]
+    return keys, values, stamps, headers

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from txstore.bytestores.restore_runs import SortedRuns
+from txstore.runtime.restore_frames import replay_frames
 
 __all__ = ["restore_sorted"]
 
@@ -45,6 +46,19 @@ def restore_sorted(
     stamps: list[int] = []
     headers: list[bytes] = []
     pending_bytes = 0
+    read_frames = getattr(log, "read_committed_frames", None)
+    if read_frames is not None:  # the changelog read in place: no object per record
+        with SortedRuns(raw, entry.format) as runs:
+            restored = replay_frames(
+                read_frames(start),
+                lambda frames, _offset: runs.add_frames(frames),
+                end,
+                (batch_records, batch_bytes),
+                lambda done: on_step(done, total),
+            )
+            runs.commit(end)
+        on_step(restored, total)
+        return restored
     with SortedRuns(raw, entry.format) as runs:
 
         def flush(n: int) -> None:

@@ -24,6 +24,7 @@ from txstore.errors import (
     TaskCorruptedError,
     UnsupportedOperationError,
 )
+from txstore.runtime.restore_frames import replay_frames
 from txstore.runtime.restore_sorted import restore_sorted
 from txstore.stores.assembly import StoreKind, StoreStack
 
@@ -257,6 +258,25 @@ def restore_store(
                 progress(RestoreProgress(entry.name, done, total))
 
         return restore_sorted(entry, on_step, batch_records, batch_bytes, start, end)
+    restore_frames = getattr(raw, "restore_frames", None) if entry.kind == "key_value" else None
+    read_frames = getattr(log, "read_committed_frames", None)
+    if restore_frames is not None and read_frames is not None:  # no object per record
+
+        def committed(restored: int) -> None:  # after each chunk's synced commit
+            faults.point("task.restore_batch")
+            if progress is not None:
+                progress(RestoreProgress(entry.name, restored, total))
+
+        restored = replay_frames(
+            read_frames(start),
+            lambda frames, offset: restore_frames(frames, entry.format, offset),
+            end,
+            (batch_records, batch_bytes),
+            committed,
+        )
+        if raw.committed_offset != end:
+            raw.commit(end)  # a compacted tail leaves a gap after the last record
+        return restored
     pending_bytes = 0
     restore_records = getattr(raw, "restore_records", None) if entry.kind == "key_value" else None
     offsets: list[int] = []
