@@ -258,9 +258,7 @@ def restore_store(
                 progress(RestoreProgress(entry.name, done, total))
 
         return restore_sorted(entry, on_step, batch_records, batch_bytes, start, end)
-    restore_frames = getattr(raw, "restore_frames", None) if entry.kind == "key_value" else None
-    read_frames = getattr(log, "read_committed_frames", None)
-    if restore_frames is not None and read_frames is not None:  # no object per record
+    if entry.kind == "key_value":  # the changelog read in place: no object per record
 
         def committed(restored: int) -> None:  # after each chunk's synced commit
             faults.point("task.restore_batch")
@@ -268,8 +266,8 @@ def restore_store(
                 progress(RestoreProgress(entry.name, restored, total))
 
         restored = replay_frames(
-            read_frames(start),
-            lambda frames, offset: restore_frames(frames, entry.format, offset),
+            log.read_committed_frames(start),
+            lambda frames, offset: raw.restore_frames(frames, entry.format, offset),
             end,
             (batch_records, batch_bytes),
             committed,
@@ -277,8 +275,8 @@ def restore_store(
         if raw.committed_offset != end:
             raw.commit(end)  # a compacted tail leaves a gap after the last record
         return restored
+    # Window and session stores: the changelog decoded into columns, applied chunk by chunk.
     pending_bytes = 0
-    restore_records = getattr(raw, "restore_records", None) if entry.kind == "key_value" else None
     offsets: list[int] = []
     keys: list[bytes] = []
     values: list[bytes | None] = []
@@ -288,31 +286,16 @@ def restore_store(
     def flush(n: int) -> None:
         nonlocal restored, pending_bytes
         pending_bytes = 0
-        if restore_records is not None:  # one C pass, one synced transaction, no overlay
-            whole = n == len(keys)  # the usual case: no copy of the columns
-            restore_records(
-                keys if whole else keys[:n],
-                values if whole else values[:n],
-                stamps if whole else stamps[:n],
-                headers if whole else headers[:n],
-                entry.format,
-                offsets[n - 1] + 1,
-            )
-        else:
-            stored = values[:n]
-            if entry.format != ValueFormat.PLAIN:
-                stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
-            pairs = list(zip(keys[:n], stored, strict=True))
-            if entry.kind == "key_value":
-                raw.put_all(pairs)
-            else:
-                applied = raw.restore(pairs)
-                numbers = sequence_numbers(raw)
-                if numbers is not None:  # later puts continue after the replayed numbers
-                    numbers.restored(keys[n - 1 : n])
-                if raw.in_memory:  # Kafka's in-memory stores count what restore drops
-                    raw.dropped_records += n - applied
-            raw.commit(offsets[n - 1] + 1)
+        stored = values[:n]
+        if entry.format != ValueFormat.PLAIN:
+            stored = codecs.records_to_values(entry.format, stored, stamps[:n], headers[:n])
+        applied = raw.restore(list(zip(keys[:n], stored, strict=True)))
+        numbers = sequence_numbers(raw)
+        if numbers is not None:  # later puts continue after the replayed numbers
+            numbers.restored(keys[n - 1 : n])
+        if raw.in_memory:  # Kafka's in-memory stores count what restore drops
+            raw.dropped_records += n - applied
+        raw.commit(offsets[n - 1] + 1)
         restored += n
         for column in (offsets, keys, values, stamps, headers):
             del column[:n]
