@@ -19,6 +19,27 @@ from txstore.engine.iterators import KeyRange, Row
 __all__ = ["read_lmdb_chunk", "read_lmdb_chunk_py", "read_sorted_chunk"]
 
 
+def _position(cursor: Any, rng: KeyRange, reverse: bool) -> bool:
+    """Put ``cursor`` on the first row of ``rng`` in scan order (the last one for ``reverse``);
+    False when the range holds no row from there on."""
+    if reverse:
+        hi = rng.hi
+        if hi is None:
+            return bool(cursor.last())
+        if not cursor.set_range(hi):
+            return bool(cursor.last())
+        if not rng.hi_inclusive or cursor.key() != hi:
+            return bool(cursor.prev())
+        return True
+    lo = rng.lo
+    if lo is None:
+        return bool(cursor.first())
+    ok = cursor.set_range(lo)
+    if ok and not rng.lo_inclusive and cursor.key() == lo:
+        ok = cursor.next()
+    return bool(ok)
+
+
 def read_lmdb_chunk(
     cursor: Any,
     rng: KeyRange,
@@ -36,31 +57,13 @@ def read_lmdb_chunk(
     again in Python (:func:`read_lmdb_chunk_py`) and handed to ``verify``, which records the
     damage and raises the typed error.
     """
+    if not _position(cursor, rng, reverse):
+        return [], None
+    sealed = verify is not None
     if reverse:
-        hi = rng.hi
-        if hi is None:
-            ok = cursor.last()
-        else:
-            ok = cursor.set_range(hi)
-            if ok:
-                if not rng.hi_inclusive or cursor.key() != hi:
-                    ok = cursor.prev()
-            else:
-                ok = cursor.last()
-        if not ok:
-            return [], None
-        got = _scan_rows(cursor.iterprev(), n, rng.lo, rng.lo_inclusive, True, verify is not None)
+        got = _scan_rows(cursor.iterprev(), n, rng.lo, rng.lo_inclusive, True, sealed)
     else:
-        lo = rng.lo
-        if lo is None:
-            ok = cursor.first()
-        else:
-            ok = cursor.set_range(lo)
-            if ok and not rng.lo_inclusive and cursor.key() == lo:
-                ok = cursor.next()
-        if not ok:
-            return [], None
-        got = _scan_rows(cursor.iternext(), n, rng.hi, rng.hi_inclusive, False, verify is not None)
+        got = _scan_rows(cursor.iternext(), n, rng.hi, rng.hi_inclusive, False, sealed)
     if got is None:  # a checksum mismatch: read again, verify raises the typed error
         rows, frontier = read_lmdb_chunk_py(cursor, rng, reverse, n)
         return (rows if verify is None else verify(rows)), frontier
@@ -76,15 +79,9 @@ def read_lmdb_chunk_py(
     """:func:`read_lmdb_chunk` in Python, without checking trailers: the general path of a
     chunk in which the C read met a row it does not take (a checksum mismatch)."""
     lo, hi = rng.lo, rng.hi
+    if not _position(cursor, rng, reverse):
+        return [], None
     if not reverse:
-        if lo is None:
-            ok = cursor.first()
-        else:
-            ok = cursor.set_range(lo)
-            if ok and not rng.lo_inclusive and cursor.key() == lo:
-                ok = cursor.next()
-        if not ok:
-            return [], None
         rows = list(islice(cursor.iternext(), n))
         if (
             hi is not None
@@ -97,17 +94,6 @@ def read_lmdb_chunk_py(
                 del rows[bisect_left(rows, (hi,)) :]
             return rows, None
         return rows, (rows[-1][0] if len(rows) == n else None)
-    if hi is None:
-        ok = cursor.last()
-    else:
-        ok = cursor.set_range(hi)
-        if ok:
-            if not rng.hi_inclusive or cursor.key() != hi:
-                ok = cursor.prev()
-        else:
-            ok = cursor.last()
-    if not ok:
-        return [], None
     rows = list(islice(cursor.iterprev(), n))
     rows.reverse()
     if lo is not None and rows and (rows[0][0] < lo or (rows[0][0] == lo and not rng.lo_inclusive)):
