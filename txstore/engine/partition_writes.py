@@ -312,9 +312,11 @@ class PartitionWrites(PartitionReads):
         self._write(fn, False, estimate)
 
     def _make_room(self, estimate: int) -> None:
-        """Grow the map before a large write (a restore chunk) whose rows (``estimate`` bytes)
-        would not fit above the pages in use: a full map aborts the write transaction, which
-        ``_write`` then replays whole (at 1M restored records, 3 of 13 ``putmulti`` passes)."""
+        """Grow the map before a large write (a restore chunk, a sorted restore's stream) whose
+        rows (``estimate`` bytes) would not fit above the pages in use: a full map aborts the
+        write transaction, which ``_write`` then replays whole (at 1M restored records, 3 of 13
+        ``putmulti`` passes). The writer's read transaction is ended first: LMDB remaps the
+        file, and no transaction of this process may be open on the old mapping."""
         sh = self._sh
         assert sh is not None
         try:
@@ -355,14 +357,7 @@ class PartitionWrites(PartitionReads):
         estimate: int,
         offsets: dict[str, int],
     ) -> None:
-        sh = self._sh
-        assert sh is not None
-        try:
-            info, stat = sh.env.info(), sh.env.stat()
-        except lmdb.Error as exc:
-            raise self._write_error(exc) from exc
-        if info["map_size"] < (info["last_pgno"] + 1) * stat["psize"] + estimate:
-            self._grow(estimate)
+        self._make_room(estimate)  # the writer's read transaction ended before the remap
 
         def fn(txn: Any) -> None:
             cur = txn.cursor(self._write_handle(txn, db))
