@@ -7,11 +7,8 @@ typed error and nothing is written."""
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import resource
-import struct
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,18 +21,13 @@ from tests.restore.test_runs import dump
 from txstore.bytestores.kv import BytesKeyValueStore
 from txstore.bytestores.restore_runs import SortedRuns
 from txstore.changelog.format import (
-    BATCH_FIXED_SIZE,
-    HEADER_SIZE,
-    T_BATCH,
-    Frame,
-    FrameReader,
     batch_layout,
 )
 from txstore.changelog.log import FileChangelog
 from txstore.codecs import ValueFormat
 from txstore.engine.checksums import restore_frames, restore_rows
 from txstore.engine.partition import Partition
-from txstore.errors import ChangelogCorruptionError, InvalidArgumentError, InvalidTypeError
+from txstore.errors import InvalidArgumentError, InvalidTypeError
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -163,40 +155,6 @@ def test_the_reader_gives_frames_holding_its_batches(tmp_path: Path) -> None:
                     live = sum(len(v) for v in d.values if v is not None)
                     assert f.nbytes == sum(map(len, d.keys)) + live + sum(map(len, d.headers))
                     assert len(f) == len(d)
-
-
-def test_a_frame_whose_columns_do_not_add_up_is_corruption_when_read(tmp_path: Path) -> None:
-    """As ``read_committed_batches`` (tests/changelog/test_batch_columns.py): a batch whose
-    checksum matches but whose value lengths do not add up raises when it is read."""
-    log_dir = tmp_path / "log"
-    with FileChangelog(log_dir, fsync=False) as log:
-        log.append_many([(b"k%d" % i, None if i % 3 else b"v" * i, 10 + i) for i in range(9)])
-        log.commit(1)
-    seg = log_dir / "00000000000000000000.log"
-    data = bytearray(seg.read_bytes())
-    fd = os.open(seg, os.O_RDONLY)
-    try:
-        reader = FrameReader(fd)
-        frame = reader.next()
-        while isinstance(frame, Frame) and frame.ftype != T_BATCH:
-            frame = reader.next()
-    finally:
-        os.close(fd)
-    assert isinstance(frame, Frame)
-    start = frame.pos + HEADER_SIZE + BATCH_FIXED_SIZE + 8 * 9 + 4 * 9
-    struct.pack_into("<i", data, start + 4 * 4, -2)  # a value length below -1
-    end = frame.pos + HEADER_SIZE + frame.blen
-    data[frame.pos + 4 : frame.pos + 8] = zlib.crc32(data[frame.pos + 8 : end]).to_bytes(
-        4, "little"
-    )
-    seg.write_bytes(bytes(data))
-    with (
-        FileChangelog(log_dir, fsync=False, readonly=True) as log,
-        pytest.raises(ChangelogCorruptionError, match="malformed record batch") as err,
-        log.read_committed_frames(0) as it,
-    ):
-        list(it)
-    assert err.value.path == str(seg)
 
 
 def good_frame() -> Slice:

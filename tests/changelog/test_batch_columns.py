@@ -127,10 +127,14 @@ def test_columns_not_adding_up_raise_value_error(column: int, fmt: str, value: i
         decode_batch(frame, keys_only=True)
 
 
-def test_a_batch_with_a_valid_checksum_but_bad_columns_is_corruption(tmp_path: Path) -> None:
+@pytest.mark.parametrize("read", ["read_committed", "read_committed_frames"])
+def test_a_batch_with_a_valid_checksum_but_bad_columns_is_corruption(
+    tmp_path: Path, read: str
+) -> None:
     """A record batch whose checksum matches but whose value lengths do not add up (a writer
-    bug, a crafted file): reading the records raises ChangelogCorruptionError naming the
-    segment and the batch, and the file is not changed."""
+    bug, a crafted file): reading the records, or the restore's frames of them (checked by
+    ``column_bytes`` without decoding), raises ChangelogCorruptionError naming the segment
+    and the batch, and the file is not changed."""
     log_dir = tmp_path / "log"
     with FileChangelog(log_dir, fsync=False) as log:
         log.append_many([(b"k%d" % i, None if i % 3 else b"v" * i, 10 + i) for i in range(9)])
@@ -156,7 +160,7 @@ def test_a_batch_with_a_valid_checksum_but_bad_columns_is_corruption(tmp_path: P
     with (
         FileChangelog(log_dir, fsync=False, readonly=True) as log,
         pytest.raises(ChangelogCorruptionError, match="malformed record batch") as err,
-        log.read_committed(0) as it,
+        getattr(log, read)(0) as it,
     ):
         list(it)
     assert err.value.path == str(seg)
