@@ -303,11 +303,11 @@ def test_sorted_runs_refuse_bad_frames_with_typed_errors(tmp_path: Path) -> None
             for what, frames, _ in bad:
                 with pytest.raises(InvalidArgumentError):
                     runs.add_frames(frames)
-                assert len(runs.extents) == 1, what  # no run written
+                assert len(runs.runs) == 1, what  # no run written
             for what, frames, text in bad_keys:
                 with pytest.raises(InvalidArgumentError, match=text):
                     runs.add_frames(frames)
-                assert len(runs.extents) == 1, what
+                assert len(runs.runs) == 1, what
             with pytest.raises(InvalidTypeError):
                 runs.add_frames(7)  # type: ignore[arg-type]
         assert s.committed_offset is None

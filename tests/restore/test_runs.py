@@ -83,9 +83,12 @@ def test_a_run_cut_inside_a_record_is_a_value_error() -> None:
         encode_run([b"a"], ["not bytes"], [])  # type: ignore[list-item]
 
 
-def restore_both(tmp_path: Path, fmt: ValueFormat, checksums: bool, seed: int) -> None:
+def restore_both(
+    tmp_path: Path, fmt: ValueFormat, checksums: bool, seed: int, memory: int | None = None
+) -> None:
     """Restore the same changelog chunk by chunk into one partition and by sorted runs into
-    another: the two must hold the same bytes."""
+    another (``memory``: bytes of runs kept in memory, the rest filed; None: the default):
+    the two must hold the same bytes."""
     cols = records(seed, 3000)
     parts = chunks(cols, 400)
     opts: dict[str, Any] = {"sync": False, "checksums": checksums}
@@ -96,10 +99,20 @@ def restore_both(tmp_path: Path, fmt: ValueFormat, checksums: bool, seed: int) -
             s.restore_records(keys, values, stamps, headers, fmt, done)
     with Partition(tmp_path / "sorted", **opts) as p, BytesKeyValueStore("s", p) as s:
         assert sorted_restore_applies(s)
-        with SortedRuns(s, fmt) as runs:
+        budget = {} if memory is None else {"memory_bytes": memory}
+        with SortedRuns(s, fmt, **budget) as runs:
             for keys, values, stamps, headers in parts:
                 runs.add(keys, values, stamps, headers)
-            assert len(runs.extents) == len(parts)
+            assert len(runs.runs) == len(parts)
+            held = [run for run in runs.runs if isinstance(run, bytes)]
+            assert sum(map(len, held)) <= runs.memory_bytes
+            if memory is None:  # 3,000 small records: every run in memory
+                assert len(held) == len(parts)
+            elif memory == 0:
+                assert held == []
+            else:  # runs held while they fit, the others filed
+                assert 0 < len(held) < len(parts)
+                assert isinstance(runs.runs[0], bytes)
             runs.commit(3000)
         assert s.committed_offset == 3000
         assert not sorted_restore_applies(s)  # it holds rows now
@@ -114,6 +127,13 @@ def test_sorted_restore_writes_what_the_chunked_restore_writes(
     restore_both(tmp_path, fmt, checksums, int(fmt) * 2 + checksums)
 
 
+@pytest.mark.parametrize("memory", [0, 60_000])
+def test_runs_in_the_file_or_partly_in_memory_write_the_same(tmp_path: Path, memory: int) -> None:
+    """Every run filed (a budget of 0), or the first runs in memory and the later ones filed:
+    the merge still lets the later run win across the two."""
+    restore_both(tmp_path, ValueFormat.HEADERS, True, 11, memory)
+
+
 def test_runs_larger_than_their_windows_merge_right(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,14 +142,16 @@ def test_runs_larger_than_their_windows_merge_right(
     rng = random.Random(5)
     want: dict[bytes, bytes | None] = {}
     with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
-        with SortedRuns(s, ValueFormat.PLAIN) as runs:
+        with SortedRuns(s, ValueFormat.PLAIN, memory_bytes=0) as runs:  # every run filed
             for _ in range(3):
                 keys = [rng.randbytes(4) for _ in range(3000)] + list(want)[:500]
                 values: list[bytes | None] = [rng.randbytes(40) for _ in keys]
                 values[-1] = None
                 runs.add(keys, values, [0] * len(keys), [b""] * len(keys))
                 want.update(zip(keys, values, strict=True))
-            assert min(end - start for start, end in runs.extents) > 64 << 10
+            filed = [run for run in runs.runs if isinstance(run, tuple)]
+            assert len(filed) == 3
+            assert min(end - start for start, end in filed) > 64 << 10
             runs.commit(9)
         with s.all() as it:
             assert list(it) == sorted((k, v) for k, v in want.items() if v is not None)
@@ -160,8 +182,9 @@ def test_run_files_leave_no_name_and_a_stale_one_is_removed(tmp_path: Path) -> N
     with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
         before = set(tmp_path.iterdir()) - {stale}
         stale.write_bytes(b"old runs")  # as a kernel without O_TMPFILE could leave one
-        with SortedRuns(s, ValueFormat.PLAIN) as runs:
+        with SortedRuns(s, ValueFormat.PLAIN, memory_bytes=0) as runs:
             runs.add([b"a"], [b"1"], [0], [b""])
+            assert isinstance(runs.runs[0], tuple)  # filed
             assert set(tmp_path.iterdir()) == before  # the runs have no name
         assert set(tmp_path.iterdir()) == before
 
@@ -214,6 +237,6 @@ def test_a_bad_item_raises_the_chunked_paths_typed_error_and_commits_nothing(
             with pytest.raises(error) as sorted_:
                 runs.add(keys, values, stamps, [b""] * 3)
             assert str(sorted_.value) == str(chunked.value)
-            assert len(runs.extents) == 1  # the bad chunk wrote no run
+            assert len(runs.runs) == 1  # the bad chunk wrote no run
         assert s.committed_offset is None
         assert s.approximate_num_entries() == 0

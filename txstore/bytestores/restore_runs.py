@@ -6,17 +6,19 @@ a growing B-tree (each commit of random keys rewrites most of its leaves). Phase
 restore chunk into a sorted **run** (:meth:`SortedRuns.add`: ``restore_rows`` keeps the last
 record of each key, sorts, converts and seals them, as :meth:`BytesKeyValueStore.restore_records
 <txstore.bytestores.kv.BytesKeyValueStore.restore_records>` does; ``encode_run`` of
-``csrc/restore_runs.c`` packs it) appended to a temporary file of the partition directory, a
-file without a name (``tempfile.TemporaryFile``: a crash leaves nothing behind). Phase 2
-(:meth:`SortedRuns.commit`) merges the runs in C (``merge_runs``: the later run wins on an equal
-key; a key whose latest record is a tombstone is dropped, the store being empty), each run read
-through a window, and streams the rows into ONE LMDB write transaction by cursor appends
+``csrc/restore_runs.c`` packs it). A run stays in memory if it fits in what is left of the
+memory budget (a task's overlay budget, 64 MiB by default); the others are appended to a file
+of the partition directory, a file without a name (``tempfile.TemporaryFile``: a crash leaves
+nothing behind). Phase 2 (:meth:`SortedRuns.commit`) merges the runs in C (``merge_runs``: the
+later run wins on an equal key; a key whose latest record is a tombstone is dropped, the store
+being empty), each filed run read through a window, and streams the rows into ONE LMDB write
+transaction by cursor appends
 (:meth:`~txstore.engine.partition_writes.PartitionWrites.commit_stream`): every leaf written
 once, one synced commit with the changelog's end offset. A crash before it leaves the store
 empty: the next restore starts over.
 
-Memory: one restore chunk in phase 1 (as a chunked restore) and the previous run, written by a
-thread meanwhile; in phase 2 the run windows (at most :data:`WINDOW_BUDGET` bytes in all) and
+Memory: one restore chunk and the runs kept in memory (at most the budget) in phase 1; in
+phase 2 those runs, the filed runs' windows (at most :data:`WINDOW_BUDGET` bytes in all) and
 one merged batch, plus what LMDB keeps of the write transaction's dirty pages (it spills them
 to the file past its limit).
 
@@ -42,8 +44,7 @@ import glob
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from txstore._checksums import encode_run, merge_runs
 from txstore.bytestores.kv import BytesKeyValueStore, checked_rows
@@ -52,12 +53,21 @@ from txstore.engine.base import MAX_KEY_SIZE
 from txstore.engine.checksums import frame_records, restore_frames, restore_rows, seal
 from txstore.errors import InvalidTypeError, StorageError
 
-__all__ = ["MERGE_BATCH", "PREFIX", "WINDOW_BUDGET", "SortedRuns", "sorted_restore_applies"]
+__all__ = [
+    "MEMORY_BYTES",
+    "MERGE_BATCH",
+    "PREFIX",
+    "WINDOW_BUDGET",
+    "SortedRuns",
+    "sorted_restore_applies",
+]
 
 #: The name of a run file (none on Linux: the file is made without a name, ``O_TMPFILE``).
 PREFIX: Final = "txstore-restore-runs-"
 #: Rows one merge call hands LMDB (one ``putmulti``).
 MERGE_BATCH: Final = 65_536
+#: Bytes of runs kept in memory by default (a task passes its overlay budget).
+MEMORY_BYTES: Final = 64 << 20
 #: Bytes of run windows read at once in phase 2, in all (each run's window: this over the
 #: number of runs, between 64 KiB and 1 MiB).
 WINDOW_BUDGET: Final = 64 << 20
@@ -102,27 +112,31 @@ def _columns(
 
 
 class SortedRuns:
-    """The sorted runs of one sorted restore of ``store`` (values converted to ``fmt``), in
-    an unnamed temporary file of the partition directory; a context manager (closing it drops
-    the file)."""
+    """The sorted runs of one sorted restore of ``store`` (values converted to ``fmt``): each
+    in memory if it fits in what is left of ``memory_bytes``, else in an unnamed temporary
+    file of the partition directory; a context manager (closing it drops them)."""
 
-    def __init__(self, store: BytesKeyValueStore, fmt: ValueFormat) -> None:
+    def __init__(
+        self, store: BytesKeyValueStore, fmt: ValueFormat, memory_bytes: int = MEMORY_BYTES
+    ) -> None:
         self.store = store
         self.fmt = fmt
-        directory = os.fspath(getattr(store.partition, "path", "")) or None
-        if directory is not None:  # a file a crash left where the kernel lacks O_TMPFILE
-            for stale in glob.glob(os.path.join(glob.escape(directory), PREFIX + "*")):
+        self.memory_bytes = memory_bytes
+        """Bytes of runs kept in memory at most (a run past them goes to the file)."""
+        self._directory = os.fspath(getattr(store.partition, "path", "")) or None
+        if self._directory is not None:  # a file a crash left where the kernel lacks O_TMPFILE
+            pattern = os.path.join(glob.escape(self._directory), PREFIX + "*")
+            for stale in glob.glob(pattern):
                 with contextlib.suppress(OSError):
                     os.unlink(stale)
-        self._file = tempfile.TemporaryFile(  # noqa: SIM115 (closed by close())
-            dir=directory, prefix=PREFIX
-        )
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="txstore-restore-runs")
-        self._pending: Future[int] | None = None  # the run being written
-        self.extents: list[tuple[int, int]] = []
-        """Each run's (start, end) byte offsets in the file."""
+        self._file: IO[bytes] | None = None  # made by the first run that does not fit
+        self.runs: list[bytes | tuple[int, int]] = []
+        """Each run, in the order written: its bytes (kept in memory) or its (start, end)
+        byte offsets in the run file."""
         self.nbytes = 0
-        """Bytes of runs written."""
+        """Bytes of runs written, in memory and in the file."""
+        self._held = 0  # bytes of runs in memory
+        self._filed = 0  # bytes of runs in the file
 
     def __enter__(self) -> SortedRuns:
         return self
@@ -132,15 +146,11 @@ class SortedRuns:
 
     def close(self) -> None:
         """Drop the runs (the file has no name: closing it frees its space)."""
-        self._writer.shutdown(wait=True)  # a run being written: its error does not matter now
-        self._pending = None
-        self._file.close()
-
-    def _written(self) -> None:
-        """Wait for the run being written (its error, e.g. a full disk, raises here)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
+        self.runs = []
+        self._held = 0
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def add(
         self,
@@ -169,28 +179,47 @@ class SortedRuns:
         self._add(*columns)
 
     def _add(self, ordered: list[bytes], stored: list[bytes], deletes: list[bytes]) -> None:
-        data = encode_run(ordered, stored, deletes)
-        self._written()
-        # The file write runs beside the next chunk's decoding (it releases the GIL); one run
-        # at most waits in memory.
-        self._pending = self._writer.submit(self._file.write, data)
-        self.extents.append((self.nbytes, self.nbytes + len(data)))
+        self._keep(encode_run(ordered, stored, deletes))
+
+    def _keep(self, data: bytes) -> None:
+        """Keep run ``data``: in memory if it fits in :attr:`memory_bytes`, else appended to
+        the file. The write is synchronous: a writer thread waited for the GIL behind the
+        restore's C passes (1M records: 0.25-0.6 s of waits against 30 ms of writes)."""
+        if self._held + len(data) <= self.memory_bytes:
+            self.runs.append(data)
+            self._held += len(data)
+        else:
+            try:
+                if self._file is None:
+                    self._file = tempfile.TemporaryFile(  # noqa: SIM115 (closed by close())
+                        dir=self._directory, prefix=PREFIX
+                    )
+                self._file.write(data)
+            except OSError as e:
+                raise StorageError(
+                    f"cannot write a sorted restore's run into {self._directory}: {e}"
+                ) from e
+            self.runs.append((self._filed, self._filed + len(data)))
+            self._filed += len(data)
         self.nbytes += len(data)
 
     def merged(self) -> Iterator[tuple[list[bytes], list[bytes]]]:
         """The merged rows of every run, in key order, in batches of at most
         :data:`MERGE_BATCH` (keys, stored values): the latest run wins, a key whose latest
-        record is a tombstone is left out. Each call merges from the start."""
-        self._written()
-        self._file.flush()
-        fd = self._file.fileno()
-        k = len(self.extents)
-        window = min(1 << 20, max(64 << 10, WINDOW_BUDGET // max(k, 1)))
-        read = [start for start, _ in self.extents]
-        ends = [end for _, end in self.extents]
-        bufs = [b""] * k
+        record is a tombstone is left out. Each call merges from the start. A run in memory
+        is read whole; a run in the file through a window of :data:`WINDOW_BUDGET` bytes
+        over the number of such runs (between 64 KiB and 1 MiB)."""
+        filed = [run for run in self.runs if isinstance(run, tuple)]
+        if self._file is not None:
+            self._file.flush()
+        fd = self._file.fileno() if self._file is not None else -1
+        window = min(1 << 20, max(64 << 10, WINDOW_BUDGET // max(len(filed), 1)))
+        k = len(self.runs)
+        bufs = [run if isinstance(run, bytes) else b"" for run in self.runs]
+        read = [run[0] if isinstance(run, tuple) else 0 for run in self.runs]
+        ends = [run[1] if isinstance(run, tuple) else 0 for run in self.runs]
         pos = [0] * k
-        more = [start < end for start, end in self.extents]
+        more = [isinstance(run, tuple) and run[0] < run[1] for run in self.runs]
         while True:
             keys, values, need = merge_runs(bufs, pos, more, MERGE_BATCH)
             if keys:

@@ -33,14 +33,16 @@ def restore_sorted(
     batch_bytes: int,
     start: int,
     end: int,
+    memory_bytes: int,
 ) -> int:
     """Restore ``entry`` (a :class:`~txstore.runtime.task_support.StoreEntry` whose store is
     empty) from changelog offset ``start`` to ``end`` by sorted runs; returns the number of
     records replayed. ``on_step(restored, total)`` is called after each run written and after
-    the commit (the fault point and the progress callback of the caller)."""
+    the commit (the fault point and the progress callback of the caller); runs are kept in
+    memory up to ``memory_bytes``, the rest go to a file."""
     log, raw = entry.log, entry.raw
     total = end - start
-    with SortedRuns(raw, entry.format) as runs:  # the changelog read in place (replay_frames)
+    with SortedRuns(raw, entry.format, memory_bytes) as runs:  # changelog read in place
         restored = replay_frames(
             log.read_committed_frames(start),
             lambda frames, _offset: runs.add_frames(frames),

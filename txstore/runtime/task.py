@@ -193,6 +193,7 @@ class Task:
         self.sync = sync
         """Whether commits are synced to disk (LMDB and changelogs alike)."""
         self._restore_bytes = max(1, overlay_budget_bytes // 2)
+        self._overlay_budget = overlay_budget_bytes  # a sorted restore's runs in memory
         self.context = RecordContext()
         """The input record being processed: set its ``timestamp`` (and ``headers``) before
         processing each record; they go into the changelog records of its writes."""
@@ -410,7 +411,9 @@ class Task:
     def _restore(
         self, entry: StoreEntry, progress: Callable[[RestoreProgress], None] | None
     ) -> int:
-        return restore_store(entry, progress, RESTORE_BATCH, self._restore_bytes)
+        return restore_store(
+            entry, progress, RESTORE_BATCH, self._restore_bytes, self._overlay_budget
+        )
 
     def commit(self, input_position: int) -> None:
         """Commit the processing done since the last commit, with ``input_position`` (where

@@ -235,11 +235,14 @@ def restore_store(
     progress: Callable[[RestoreProgress], None] | None,
     batch_records: int,
     batch_bytes: int,
+    memory_bytes: int,
 ) -> int:
     """Replay the committed changelog records store ``entry`` misses (from its committed
     offset to its changelog's committed end) into its bytes store, in batches of at most
     ``batch_records`` records or about ``batch_bytes``, each committed with its offset;
-    returns how many. ``progress`` is called after each batch."""
+    returns how many. ``progress`` is called after each batch. A sorted restore
+    (:mod:`txstore.runtime.restore_sorted`) keeps up to ``memory_bytes`` of its runs in
+    memory."""
     log, raw = entry.log, entry.raw
     end = log.committed_end_offset
     check_not_ahead(entry.name, entry.raw.committed_offset, log.path, end)
@@ -257,7 +260,7 @@ def restore_store(
             if progress is not None:
                 progress(RestoreProgress(entry.name, done, total))
 
-        return restore_sorted(entry, on_step, batch_records, batch_bytes, start, end)
+        return restore_sorted(entry, on_step, batch_records, batch_bytes, start, end, memory_bytes)
     if entry.kind == "key_value":  # the changelog read in place: no object per record
 
         def committed(restored: int) -> None:  # after each chunk's synced commit
