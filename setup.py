@@ -26,6 +26,7 @@ CHECKSUMS = Extension(
         "csrc/rows.c",
         "csrc/window_reader.c",
         "csrc/restore_rows.c",
+        "csrc/restore_frames.c",
         "csrc/restore_runs.c",
         "csrc/changelog_columns.c",
         "csrc/kv_get.c",

@@ -344,6 +344,9 @@ static PyMethodDef methods[] = {
     {"restore_frames", (PyCFunction)(void (*)(void))txs_restore_frames, METH_FASTCALL,
      "restore_frames(frames, fmt, seal, max_key) -> restore_rows's (keys, stored, deletes) of "
      "changelog batches read in place: frames a list of (buf, pos, end, n, has_headers, lo, hi)"},
+    {"restore_frames_run", (PyCFunction)(void (*)(void))txs_restore_frames_run, METH_FASTCALL,
+     "restore_frames_run(frames, fmt, seal, max_key) -> bytes: restore_frames' rows as one sorted "
+     "run (encode_run of its output; see csrc/restore_frames.c)"},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, "crc32c(data, crc=0) -> int"},
     {"set_hardware", py_set_hardware, METH_O,
      "set_hardware(on) -> previous: use the CPU's CRC32C instruction when on and available "

@@ -1,6 +1,7 @@
 /* What the C files of the txstore._checksums extension share: csrc/checksums.c (the CRC32C
  * trailer, the module), csrc/rows.c (sort_rows, sort_columns, merge_rows), csrc/window_reader.c
- * (window_items, session_items), csrc/restore_rows.c (restore_rows), csrc/kv_get.c (kv_getter),
+ * (window_items, session_items), csrc/restore_rows.c (restore_rows),
+ * csrc/restore_frames.c (restore_frames, restore_frames_run), csrc/restore_runs.c (encode_run, merge_runs), csrc/kv_get.c (kv_getter),
  * csrc/scan_rows.c (scan_rows). */
 #ifndef TXSTORE_CHECKSUMS_H
 #define TXSTORE_CHECKSUMS_H
@@ -17,8 +18,10 @@ PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nar
 PyObject *txs_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_merge_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *txs_decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-/* restore_frames(frames, fmt, seal, max_key): restore_rows on changelog columns read in place. */
+/* restore_frames(frames, fmt, seal, max_key): restore_rows on changelog columns read in place;
+ * restore_frames_run: the same as one sorted run (csrc/restore_frames.c). */
 PyObject *txs_restore_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *txs_restore_frames_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* column_bytes(buf, pos, end, n, has_headers, lo, hi): csrc/changelog_columns.c. */
 PyObject *txs_column_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* The checks of a changelog batch's columns (csrc/changelog_columns.c); -1 with ValueError. */

@@ -39,16 +39,7 @@
 #include <string.h>
 
 #include "checksums.h"
-
-#define PREFETCH 8 /* items ahead */
-
-enum { F_PLAIN = 0, F_TIMESTAMPED = 1, F_HEADERS = 2, F_PLAIN_HEADERS = 3 };
-
-typedef struct {
-    uint64_t pre; /* the key's first 8 bytes, big-endian, zero-padded */
-    uint32_t idx; /* the record's position in the chunk */
-    uint32_t dead; /* 1: the record is a tombstone */
-} item_t;
+#include "restore_rows.h"
 
 typedef struct {
     const char **k;
@@ -157,51 +148,50 @@ static void put_be64(char *p, int64_t v) {
     }
 }
 
-/* The stored value of a record (a new bytes object): value v (vn bytes) converted to format fmt
- * with timestamp ts and headers h (hn bytes), then, when sealing, the trailer over key k. */
-static PyObject *stored_value(const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn, int fmt, int64_t ts,
-                              const char *h, Py_ssize_t hn, int seal) {
-    char hsize[8];
-    size_t hs = 0;
+Py_ssize_t txs_stored_size(int fmt, Py_ssize_t vn, Py_ssize_t hn, int seal) {
+    Py_ssize_t size = vn + (seal ? 4 : 0);
     if (fmt == F_HEADERS || fmt == F_PLAIN_HEADERS) {
         if (hn > 0x7fffffff) {
             PyErr_SetString(PyExc_OverflowError, "headers longer than a varint can say");
-            return NULL;
+            return -1;
         }
-        hs = put_varint(hsize, (uint32_t)hn);
-    } else {
-        hn = 0;
+        char hsize[8];
+        size += (Py_ssize_t)put_varint(hsize, (uint32_t)hn) + hn;
     }
-    size_t tn = (fmt == F_HEADERS || fmt == F_TIMESTAMPED) ? 8 : 0;
-    size_t size = hs + (size_t)hn + tn + (size_t)vn;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(size + (seal ? 4 : 0)));
-    if (out == NULL) return NULL;
-    char *o = PyBytes_AsString(out), *p = o;
-    if (hs) {
-        memcpy(p, hsize, hs);
-        p += hs;
+    if (fmt == F_HEADERS || fmt == F_TIMESTAMPED) size += 8;
+    return size;
+}
+
+void txs_write_stored(char *o, const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn, int fmt, int64_t ts,
+                      const char *h, Py_ssize_t hn, int seal) {
+    char *p = o;
+    if (fmt == F_HEADERS || fmt == F_PLAIN_HEADERS) {
+        p += put_varint(p, (uint32_t)hn);
         memcpy(p, h, (size_t)hn);
         p += hn;
     }
-    if (tn) {
+    if (fmt == F_HEADERS || fmt == F_TIMESTAMPED) {
         put_be64(p, ts);
         p += 8;
     }
     memcpy(p, v, (size_t)vn);
-    if (seal) txs_put_le32(o + size, txs_entry_crc(k, kn, o, (Py_ssize_t)size));
+    p += vn;
+    if (seal) txs_put_le32(p, txs_entry_crc(k, kn, o, (Py_ssize_t)(p - o)));
+}
+
+/* The stored value of a record (a new bytes object): value v (vn bytes) converted to format fmt
+ * with timestamp ts and headers h (hn bytes), then, when sealing, the trailer over key k. */
+static PyObject *stored_value(const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn, int fmt, int64_t ts,
+                              const char *h, Py_ssize_t hn, int seal) {
+    Py_ssize_t size = txs_stored_size(fmt, vn, hn, seal);
+    if (size < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    txs_write_stored(PyBytes_AsString(out), k, kn, v, vn, fmt, ts, h, hn, seal);
     return out;
 }
 
-typedef struct {
-    item_t *items, *tmp;
-    const char **k, **v, **h; /* each record's key, value and headers bytes */
-    Py_ssize_t *len, *vlen, *hlen;
-    int64_t *ts;
-} scratch_t;
-
-/* Allocate the scratch of n records (timestamps and headers when the format has them); 0 with
- * MemoryError. */
-static int scratch_alloc(scratch_t *s, Py_ssize_t n, int has_ts, int has_h) {
+int txs_scratch_alloc(scratch_t *s, Py_ssize_t n, int has_ts, int has_h) {
     size_t m = n > 0 ? (size_t)n : 1;
     s->items = PyMem_Malloc(m * sizeof *s->items);
     s->tmp = PyMem_Malloc(m * sizeof *s->tmp);
@@ -222,7 +212,7 @@ static int scratch_alloc(scratch_t *s, Py_ssize_t n, int has_ts, int has_h) {
     return 1;
 }
 
-static void scratch_free(scratch_t *s) {
+void txs_scratch_free(scratch_t *s) {
     PyMem_Free(s->items);
     PyMem_Free(s->tmp);
     PyMem_Free(s->k);
@@ -297,21 +287,11 @@ static int load(scratch_t *s, PyObject *keys, PyObject *values, PyObject *stamps
     return 1;
 }
 
-/* Build (keys, stored values, deletes) from the sorted items: the last record of each key
- * (keys: the input's key objects, or NULL to make them from the key bytes).
- * Keys are read in sorted order, so all over memory: the key and value objects a few items
+/* Keys are read in sorted order, so all over memory: the key and value objects a few items
  * ahead are prefetched. */
-static PyObject *emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int seal) {
-    Py_ssize_t nput = 0, ndel = 0;
+PyObject *txs_emit_lists(scratch_t *s, PyObject *keys, Py_ssize_t n, Py_ssize_t nput, Py_ssize_t ndel, int fmt,
+                         int seal) {
     item_t *it = s->items;
-    for (Py_ssize_t i = 0; i < n; i++) { /* the winner of a group is its last item */
-        if (i + 1 < n && same_key(&it[i], &it[i + 1])) {
-            it[i].idx = UINT32_MAX; /* overwritten */
-            continue;
-        }
-        if (it[i].dead) ndel++;
-        else nput++;
-    }
     PyObject *out_keys = PyList_New(nput), *out_values = PyList_New(nput), *dels = PyList_New(ndel);
     if (out_keys == NULL || out_values == NULL || dels == NULL) goto fail;
     Py_ssize_t ip = 0, id = 0;
@@ -360,18 +340,25 @@ fail:
     return NULL;
 }
 
-/* Sort the loaded records and emit the last record of each key (see emit). */
-static PyObject *sort_and_emit(scratch_t *s, PyObject *keys, Py_ssize_t n, int fmt, int seal) {
+void txs_sort_items(scratch_t *s, Py_ssize_t n, Py_ssize_t *nput, Py_ssize_t *ndel) {
     g_keys.k = s->k;
     g_keys.len = s->len;
     if (n > 1) {
         radix_sort(s->items, s->tmp, (size_t)n);
         sort_runs(s->items, (size_t)n);
     }
-    PyObject *res = emit(s, keys, n, fmt, seal);
+    item_t *it = s->items;
+    *nput = *ndel = 0;
+    for (Py_ssize_t i = 0; i < n; i++) { /* the winner of a group is its last item */
+        if (i + 1 < n && same_key(&it[i], &it[i + 1])) {
+            it[i].idx = UINT32_MAX; /* overwritten */
+            continue;
+        }
+        if (it[i].dead) ++*ndel;
+        else ++*nput;
+    }
     g_keys.k = NULL;
     g_keys.len = NULL;
-    return res;
 }
 
 PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -405,167 +392,16 @@ PyObject *txs_restore_rows(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "too many records for one chunk");
         return NULL;
     }
-    scratch_t s = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    scratch_t s;
+    memset(&s, 0, sizeof s);
     PyObject *res = NULL;
-    if (!scratch_alloc(&s, n, has_ts, has_h)) {
+    if (!txs_scratch_alloc(&s, n, has_ts, has_h)) {
         /* MemoryError set */
     } else if (load(&s, keys, values, stamps, headers, n, (int)fmt, max_key)) {
-        res = sort_and_emit(&s, keys, n, (int)fmt, seal);
+        Py_ssize_t nput, ndel;
+        txs_sort_items(&s, n, &nput, &ndel);
+        res = txs_emit_lists(&s, keys, n, nput, ndel, (int)fmt, seal);
     }
-    scratch_free(&s);
-    return res;
-}
-
-/* ---------------------------------------------------------------------- restore_frames
- *
- * restore_frames(frames, fmt, seal, max_key): restore_rows of changelog records read where the
- * changelog's reader left them, in its read buffers, without a bytes object per record: frames
- * is a list of (buf, pos, end, n, has_headers, lo, hi) tuples, each the columns of one stored
- * batch (buf bytes, its timestamps column at pos, its body ending at end, n records, with or
- * without a headers column: csrc/changelog_columns.c) of which records [lo, hi) are taken, in
- * the list's order. The columns are checked as decode_columns checks them; a key of 0 or more
- * than max_key bytes raises ValueError like restore_rows (the caller decodes the records and
- * takes the checked path). Output as restore_rows', with one new key object per live key. */
-
-typedef struct {
-    const char *buf;
-    Py_ssize_t p, end, n, lo, hi;
-    int has_h;
-} frame_t;
-
-static int frame_arg(PyObject *t, frame_t *f) {
-    if (!PyTuple_Check(t) || PyTuple_Size(t) != 7) {
-        PyErr_SetString(PyExc_TypeError, "a frame must be a tuple (buf, pos, end, n, has_headers, lo, hi)");
-        return 0;
-    }
-    PyObject *buf = PyTuple_GetItem(t, 0);
-    if (!PyBytes_Check(buf)) {
-        PyErr_SetString(PyExc_TypeError, "a frame's buf must be bytes");
-        return 0;
-    }
-    Py_ssize_t v[6];
-    for (int i = 0; i < 6; i++) {
-        PyObject *o = PyTuple_GetItem(t, i + 1);
-        if (!PyLong_Check(o)) {
-            PyErr_SetString(PyExc_TypeError, "a frame's positions must be int");
-            return 0;
-        }
-        v[i] = PyLong_AsSsize_t(o);
-        if (v[i] == -1 && PyErr_Occurred()) return 0;
-    }
-    char *data;
-    Py_ssize_t size;
-    if (PyBytes_AsStringAndSize(buf, &data, &size) < 0) return 0;
-    f->buf = data;
-    f->p = v[0];
-    f->end = v[1];
-    f->n = v[2];
-    f->has_h = v[3] != 0;
-    f->lo = v[4];
-    f->hi = v[5];
-    if (f->end > size || f->end < 0) {
-        PyErr_SetString(PyExc_ValueError, "batch columns do not add up to its length");
-        return 0;
-    }
-    if (f->lo < 0 || f->lo > f->hi || f->hi > f->n) {
-        PyErr_SetString(PyExc_ValueError, "record slice out of range");
-        return 0;
-    }
-    return 1;
-}
-
-/* Fill the scratch from records [lo, hi) of frame f, at s index *at on. 0 on error. */
-static int load_frame(scratch_t *s, const frame_t *f, Py_ssize_t *at, Py_ssize_t max_key) {
-    uint64_t ksum, vsum, hsum;
-    int tombstones;
-    if (txs_column_sums(f->buf, f->p, f->end, f->n, f->has_h, 0, 0, &ksum, &vsum, &hsum, &tombstones, NULL) < 0)
-        return 0;
-    Py_ssize_t n = f->n;
-    const char *ts = f->buf + f->p, *klens = ts + 8 * n, *vlens = klens + 4 * n;
-    const char *hlens = vlens + 4 * n, *body = hlens + (f->has_h ? 4 * n : 0);
-    const char *kp = body, *vp = body + ksum, *hp = body + ksum + vsum;
-    Py_ssize_t j = *at;
-    for (Py_ssize_t i = 0; i < f->hi; i++) {
-        uint32_t kn = get_le32(klens + 4 * i), hn = f->has_h ? get_le32(hlens + 4 * i) : 0;
-        int32_t vn = (int32_t)get_le32(vlens + 4 * i);
-        if (i >= f->lo) {
-            if (kn < 1 || (Py_ssize_t)kn > max_key) {
-                PyErr_SetString(PyExc_ValueError, "key length out of range");
-                return 0;
-            }
-            s->k[j] = kp;
-            s->len[j] = kn;
-            uint64_t pre = 0;
-            for (uint32_t b = 0; b < 8; b++) pre = (pre << 8) | (b < kn ? (unsigned char)kp[b] : 0u);
-            s->items[j].pre = pre;
-            s->items[j].idx = (uint32_t)j;
-            s->items[j].dead = vn == -1;
-            s->v[j] = vp;
-            s->vlen[j] = vn == -1 ? 0 : vn;
-            if (s->ts) {
-                const char *t = ts + 8 * i;
-                s->ts[j] = (int64_t)((uint64_t)get_le32(t) | (uint64_t)get_le32(t + 4) << 32);
-            }
-            if (s->h) {
-                s->h[j] = hp;
-                s->hlen[j] = hn;
-            }
-            j++;
-        }
-        kp += kn;
-        if (vn > 0) vp += vn;
-        hp += hn;
-    }
-    *at = j;
-    return 1;
-}
-
-PyObject *txs_restore_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "restore_frames(frames, fmt, seal, max_key) takes 4 arguments");
-        return NULL;
-    }
-    PyObject *frames = args[0];
-    long fmt = PyLong_AsLong(args[1]);
-    if (fmt == -1 && PyErr_Occurred()) return NULL;
-    int seal = PyObject_IsTrue(args[2]);
-    if (seal < 0) return NULL;
-    Py_ssize_t max_key = PyLong_AsSsize_t(args[3]);
-    if (max_key == -1 && PyErr_Occurred()) return NULL;
-    if (fmt < F_PLAIN || fmt > F_PLAIN_HEADERS) {
-        PyErr_SetString(PyExc_ValueError, "unknown value format");
-        return NULL;
-    }
-    if (!PyList_Check(frames)) {
-        PyErr_SetString(PyExc_TypeError, "frames must be a list");
-        return NULL;
-    }
-    Py_ssize_t nf = PyList_Size(frames), n = 0;
-    frame_t *fs = PyMem_Malloc((size_t)(nf > 0 ? nf : 1) * sizeof *fs);
-    if (fs == NULL) return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < nf; i++) {
-        if (!frame_arg(PyList_GetItem(frames, i), &fs[i])) {
-            PyMem_Free(fs);
-            return NULL;
-        }
-        n += fs[i].hi - fs[i].lo;
-    }
-    if (n > 0xffffffffL) {
-        PyMem_Free(fs);
-        PyErr_SetString(PyExc_ValueError, "too many records for one chunk");
-        return NULL;
-    }
-    int has_ts = fmt == F_HEADERS || fmt == F_TIMESTAMPED;
-    int has_h = fmt == F_HEADERS || fmt == F_PLAIN_HEADERS;
-    scratch_t s = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    PyObject *res = NULL;
-    if (scratch_alloc(&s, n, has_ts, has_h)) {
-        Py_ssize_t at = 0, i = 0;
-        while (i < nf && load_frame(&s, &fs[i], &at, max_key)) i++;
-        if (i == nf) res = sort_and_emit(&s, NULL, n, (int)fmt, seal);
-    }
-    scratch_free(&s);
-    PyMem_Free(fs);
+    txs_scratch_free(&s);
     return res;
 }

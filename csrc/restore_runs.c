@@ -13,11 +13,13 @@
  * them (native byte order is enough).
  *
  * encode_run(keys, stored, deletes) -> bytes: the run of restore_rows' output (keys and
- * deletes disjoint, each sorted).
+ * deletes disjoint, each sorted). csrc/restore_frames.c's restore_frames_run writes the same
+ * run straight from changelog records.
  *
  * merge_runs(bufs, pos, more, limit) -> (keys, values, need): the k-way merge of runs, each
- * read through a window: bufs[i] holds bytes of run i from pos[i] on, more[i] says whether
- * the run goes on past bufs[i]. It emits, in key order, up to about ``limit`` rows (keys and
+ * whole or read through a window: bufs[i] (bytes, or any contiguous buffer such as a
+ * memoryview of the mapped run file) holds bytes of run i from pos[i] on, more[i] says whether
+ * the run goes on past bufs[i] (the sorted restore passes every run whole: more false). It emits, in key order, up to about ``limit`` rows (keys and
  * values lists: the values as stored), one per key: the record of the LATEST run (the highest
  * index) holding the key; a key whose latest record is a tombstone is dropped (the store was
  * empty). It stops when ``limit`` rows are out, when every run is done (need -1 and empty
@@ -34,9 +36,10 @@
 #include <string.h>
 
 #include "checksums.h"
+#include "restore_rows.h"
 
-#define TOMBSTONE 0x80000000u
-#define HEAD 8
+#define TOMBSTONE TXS_RUN_TOMBSTONE
+#define HEAD TXS_RUN_HEAD
 
 static int key_cmp(const char *a, size_t la, const char *b, size_t lb) {
     int r = memcmp(a, b, la < lb ? la : lb);
@@ -192,26 +195,28 @@ PyObject *txs_merge_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     run_t *runs = PyMem_Malloc((size_t)(k ? k : 1) * sizeof *runs);
     uint32_t *heap = PyMem_Malloc((size_t)(k ? k : 1) * sizeof *heap);
+    Py_buffer *views = PyMem_Malloc((size_t)(k ? k : 1) * sizeof *views);
+    Py_ssize_t held = 0; /* views[0:held] to release */
     PyObject *keys = PyList_New(0), *values = PyList_New(0), *res = NULL;
     long need = -1;
     size_t h = 0;
-    if (runs == NULL || heap == NULL || keys == NULL || values == NULL) {
+    if (runs == NULL || heap == NULL || views == NULL || keys == NULL || values == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < k; i++) {
-        char *b;
-        Py_ssize_t n, p = PyLong_AsSsize_t(PyList_GetItem(pos, i));
+        Py_ssize_t p = PyLong_AsSsize_t(PyList_GetItem(pos, i));
         if (p == -1 && PyErr_Occurred()) goto done;
-        if (!bytes_of(PyList_GetItem(bufs, i), &b, &n, "a run window")) goto done;
+        if (PyObject_GetBuffer(PyList_GetItem(bufs, i), &views[i], PyBUF_SIMPLE) < 0) goto done;
+        held = i + 1;
         int m = PyObject_IsTrue(PyList_GetItem(more, i));
         if (m < 0) goto done;
-        if (p < 0 || p > n) {
+        if (p < 0 || p > views[i].len) {
             PyErr_SetString(PyExc_ValueError, "a run position outside its window");
             goto done;
         }
-        runs[i].buf = b;
-        runs[i].len = (size_t)n;
+        runs[i].buf = views[i].buf;
+        runs[i].len = (size_t)views[i].len;
         runs[i].pos = (size_t)p;
         runs[i].more = m;
     }
@@ -267,9 +272,11 @@ PyObject *txs_merge_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     res = Py_BuildValue("(OOl)", keys, values, need);
 done:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
     Py_XDECREF(keys);
     Py_XDECREF(values);
     PyMem_Free(runs);
     PyMem_Free(heap);
+    PyMem_Free(views);
     return res;
 }

@@ -28,6 +28,9 @@ def restore_rows(
 def restore_frames(
     frames: list[tuple[bytes, int, int, int, int, int, int]], fmt: int, seal: bool, max_key: int, /
 ) -> tuple[list[bytes], list[bytes], list[bytes]]: ...
+def restore_frames_run(
+    frames: list[tuple[bytes, int, int, int, int, int, int]], fmt: int, seal: bool, max_key: int, /
+) -> bytes: ...
 def column_bytes(
     buf: bytes, pos: int, end: int, n: int, has_headers: int, lo: int, hi: int, /
 ) -> int: ...

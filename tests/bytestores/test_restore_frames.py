@@ -18,6 +18,7 @@ import pytest
 from tests.bytestores.test_kv_bytes import FLAVOURS, Env, committed
 from tests.changelog.test_batch_columns import frame_of, patched
 from tests.restore.test_runs import dump
+from txstore._checksums import encode_run, restore_frames_run
 from txstore.bytestores.kv import BytesKeyValueStore
 from txstore.bytestores.restore_runs import SortedRuns
 from txstore.changelog.format import (
@@ -99,12 +100,17 @@ def slices_of(
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_frames_pass_returns_what_restore_rows_returns(seed: int) -> None:
+    """Also as one sorted run (``restore_frames_run``): the bytes ``encode_run`` makes of
+    the same rows."""
     frames, keys, values, stamps, headers = slices_of(seed, 1500)
     for fmt in FORMATS:
         for seal in (False, True):
             got = restore_frames(frames, int(fmt), seal, 511)
             assert got == restore_rows(keys, values, stamps, headers, int(fmt), seal, 511)
+            assert restore_frames_run(frames, int(fmt), seal, 511) == encode_run(*got)
+            assert got[2], "the seed makes no tombstone: the run's deletes go untested"
     assert restore_frames([], 1, True, 511) == ([], [], [])
+    assert restore_frames_run([], 1, True, 511) == b""
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -210,23 +216,28 @@ def test_bad_frames_get_typed_errors_and_nothing_is_written(tmp_path: Path) -> N
         s.put_all([(b"k1", b"before")])
         s.commit(5)
         for what, frames, c_error in bad:
-            with pytest.raises(c_error):
-                restore_frames(frames, 1, True, 511)
+            for c_pass in (restore_frames, restore_frames_run):
+                with pytest.raises(c_error):
+                    c_pass(frames, 1, True, 511)
             with pytest.raises(InvalidArgumentError):
                 s.restore_frames(frames, ValueFormat.TIMESTAMPED, 9)
             assert committed(s) == [(b"k1", b"before")] and s.committed_offset == 5, what
         for what, frames, text in bad_keys:
-            with pytest.raises(ValueError, match="key length"):
-                restore_frames(frames, 1, True, 511)
+            for c_pass in (restore_frames, restore_frames_run):
+                with pytest.raises(ValueError, match="key length"):
+                    c_pass(frames, 1, True, 511)
             with pytest.raises(InvalidArgumentError, match=text):
                 s.restore_frames(frames, ValueFormat.TIMESTAMPED, 9)
             assert committed(s) == [(b"k1", b"before")] and s.committed_offset == 5, what
         with pytest.raises(InvalidTypeError):
             s.restore_frames(7, ValueFormat.TIMESTAMPED, 9)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="unknown value format"):
-            restore_frames([good_frame()], 9, True, 511)
-        with pytest.raises(TypeError, match="must be a list"):
-            restore_frames((good_frame(),), 1, True, 511)  # type: ignore[arg-type]
+        for c_pass in (restore_frames, restore_frames_run):
+            with pytest.raises(ValueError, match="unknown value format"):
+                c_pass([good_frame()], 9, True, 511)
+            with pytest.raises(TypeError, match="must be a list"):
+                c_pass((good_frame(),), 1, True, 511)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="takes 4 arguments"):
+                c_pass([good_frame()], 1, True)  # type: ignore[call-arg]
         s.restore_frames([good_frame()], ValueFormat.PLAIN, 9)  # still works afterwards
         assert committed(s) == [(b"k1", b"b")] and s.committed_offset == 9
 
@@ -246,13 +257,16 @@ def test_error_paths_do_not_leak(calls: int) -> None:
         for i in range(k):
             with contextlib.suppress(TypeError, ValueError):
                 restore_frames(frames[i % len(frames)], 2, True, 511)
+            with contextlib.suppress(TypeError, ValueError):
+                restore_frames_run(frames[i % len(frames)], 2, True, 511)
             if i % 10 == 0:
                 restore_frames(good, 2, True, 511)
+                restore_frames_run(good, 2, True, 511)
 
     run(calls // 10)  # warm up the allocator
     before = rss_kib()
     run(calls)
-    assert rss_kib() - before < 4096, "restore_frames leaks on its error paths"
+    assert rss_kib() - before < 4096, "restore_frames(_run) leaks on its error paths"
 
 
 def test_a_chunk_larger_than_the_map_grows_it_and_is_written_whole(tmp_path: Path) -> None:

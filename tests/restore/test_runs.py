@@ -5,7 +5,11 @@ checksums; a bad item raises the chunked path's typed error and commits nothing.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import resource
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ from txstore.bytestores.kv import BytesKeyValueStore
 from txstore.bytestores.restore_runs import SortedRuns, sorted_restore_applies
 from txstore.codecs import ValueFormat
 from txstore.engine.partition import Partition
-from txstore.errors import IllegalStateError, InvalidArgumentError, InvalidTypeError
+from txstore.errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, StorageError
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -134,10 +138,9 @@ def test_runs_in_the_file_or_partly_in_memory_write_the_same(tmp_path: Path, mem
     restore_both(tmp_path, ValueFormat.HEADERS, True, 11, memory)
 
 
-def test_runs_larger_than_their_windows_merge_right(
+def test_filed_runs_merge_through_the_map_in_small_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(restore_runs, "WINDOW_BUDGET", 1)  # every run read 64 KiB at a time
     monkeypatch.setattr(restore_runs, "MERGE_BATCH", 100)
     rng = random.Random(5)
     want: dict[bytes, bytes | None] = {}
@@ -149,12 +152,61 @@ def test_runs_larger_than_their_windows_merge_right(
                 values[-1] = None
                 runs.add(keys, values, [0] * len(keys), [b""] * len(keys))
                 want.update(zip(keys, values, strict=True))
-            filed = [run for run in runs.runs if isinstance(run, tuple)]
-            assert len(filed) == 3
-            assert min(end - start for start, end in filed) > 64 << 10
+            assert all(isinstance(run, tuple) for run in runs.runs)
+            batches = list(runs.merged())
+            assert {len(keys) for keys, _ in batches[:-1]} == {100}
             runs.commit(9)
         with s.all() as it:
             assert list(it) == sorted((k, v) for k, v in want.items() if v is not None)
+
+
+def test_a_cut_run_file_is_a_storage_error_and_nothing_is_committed(tmp_path: Path) -> None:
+    """The run file shorter than its runs (it cannot happen to an unnamed file of the
+    process, but a map past its end would kill the process with SIGBUS): a typed error."""
+    with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
+        with SortedRuns(s, ValueFormat.PLAIN, memory_bytes=0) as runs:
+            runs.add([b"a", b"b"], [b"1", b"2"], [0, 0], [b"", b""])
+            runs.merged()  # nothing read before the first batch
+            os.ftruncate(run_file_fd(tmp_path), 5)
+            with pytest.raises(StorageError, match="ended early"):
+                runs.commit(2)
+        assert s.committed_offset is None
+        assert s.approximate_num_entries() == 0
+
+
+def test_a_run_the_disk_refuses_is_a_storage_error_and_nothing_is_committed(
+    tmp_path: Path,
+) -> None:
+    """A file size limit (RLIMIT_FSIZE, as a full disk would) refuses the run file's write:
+    a typed error names the directory; the store stays empty and can restore later."""
+    rows = {i.to_bytes(4, "big"): bytes(100) for i in range(20_000)}  # a ~2 MiB run
+    keys, values = list(rows), list(rows.values())
+    with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
+        with SortedRuns(s, ValueFormat.PLAIN, memory_bytes=0) as runs:
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+            previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a signal
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, limit[1]))
+            try:
+                with pytest.raises(StorageError, match=str(tmp_path)):
+                    runs.add(keys, values, [0] * len(keys), [b""] * len(keys))
+            finally:
+                resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+                signal.signal(signal.SIGXFSZ, previous)
+        assert s.committed_offset is None and s.approximate_num_entries() == 0
+        with SortedRuns(s, ValueFormat.PLAIN, memory_bytes=0) as runs:  # the limit lifted
+            runs.add(keys, values, [0] * len(keys), [b""] * len(keys))
+            runs.commit(1)
+        assert s.approximate_num_entries() == len(rows)
+
+
+def run_file_fd(directory: Path) -> int:
+    """The descriptor of the run file in ``directory`` (through /proc: it has no name)."""
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{directory}/") and target.endswith("(deleted)"):
+                return int(fd)
+    raise AssertionError(f"no run file open in {directory}")
 
 
 def test_a_grown_map_merges_again_from_the_start(tmp_path: Path) -> None:

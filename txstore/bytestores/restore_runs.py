@@ -11,16 +11,16 @@ memory budget (a task's overlay budget, 64 MiB by default); the others are appen
 of the partition directory, a file without a name (``tempfile.TemporaryFile``: a crash leaves
 nothing behind). Phase 2 (:meth:`SortedRuns.commit`) merges the runs in C (``merge_runs``: the
 later run wins on an equal key; a key whose latest record is a tombstone is dropped, the store
-being empty), each filed run read through a window, and streams the rows into ONE LMDB write
-transaction by cursor appends
+being empty), the filed runs read through a read-only map of the file, and streams the rows
+into ONE LMDB write transaction by cursor appends
 (:meth:`~txstore.engine.partition_writes.PartitionWrites.commit_stream`): every leaf written
 once, one synced commit with the changelog's end offset. A crash before it leaves the store
 empty: the next restore starts over.
 
 Memory: one restore chunk and the runs kept in memory (at most the budget) in phase 1; in
-phase 2 those runs, the filed runs' windows (at most :data:`WINDOW_BUDGET` bytes in all) and
-one merged batch, plus what LMDB keeps of the write transaction's dirty pages (it spills them
-to the file past its limit).
+phase 2 those runs and one merged batch, plus what LMDB keeps of the write transaction's
+dirty pages (it spills them to the file past its limit). The map of the run file is page
+cache, which the kernel reclaims under pressure (it reads the pages again when needed).
 
 >>> import tempfile
 >>> from txstore.engine.partition import Partition
@@ -41,23 +41,23 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import mmap
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO, Any, Final
 
-from txstore._checksums import encode_run, merge_runs
+from txstore._checksums import encode_run, merge_runs, restore_frames_run
 from txstore.bytestores.kv import BytesKeyValueStore, checked_rows
 from txstore.codecs import ValueFormat, records_to_values
 from txstore.engine.base import MAX_KEY_SIZE
-from txstore.engine.checksums import frame_records, restore_frames, restore_rows, seal
+from txstore.engine.checksums import frame_records, restore_rows, seal
 from txstore.errors import InvalidTypeError, StorageError
 
 __all__ = [
     "MEMORY_BYTES",
     "MERGE_BATCH",
     "PREFIX",
-    "WINDOW_BUDGET",
     "SortedRuns",
     "sorted_restore_applies",
 ]
@@ -68,9 +68,6 @@ PREFIX: Final = "txstore-restore-runs-"
 MERGE_BATCH: Final = 65_536
 #: Bytes of runs kept in memory by default (a task passes its overlay budget).
 MEMORY_BYTES: Final = 64 << 20
-#: Bytes of run windows read at once in phase 2, in all (each run's window: this over the
-#: number of runs, between 64 KiB and 1 MiB).
-WINDOW_BUDGET: Final = 64 << 20
 
 
 def sorted_restore_applies(store: object) -> bool:
@@ -165,18 +162,19 @@ class SortedRuns:
 
     def add_frames(self, frames: list[Any]) -> None:
         """:meth:`add` of records left in the changelog reader's buffers (``frames``: the
-        slices of :meth:`~txstore.bytestores.kv.BytesKeyValueStore.restore_frames`), read
-        in place by the C ``restore_frames``; anything it refuses is decoded and takes
-        :meth:`add`'s checked path (typed errors, nothing written)."""
+        slices of :meth:`~txstore.bytestores.kv.BytesKeyValueStore.restore_frames`), made
+        into a run in place by the C ``restore_frames_run`` (no object per record or row);
+        anything it refuses is decoded and takes :meth:`add`'s checked path (typed errors,
+        nothing written)."""
         if not isinstance(frames, list):
             raise InvalidTypeError(f"frames must be a list, got {type(frames).__name__}")
         checksums = bool(self.store.partition.checksums)
         try:
-            columns = restore_frames(frames, int(self.fmt), checksums, MAX_KEY_SIZE)
+            run = restore_frames_run(frames, int(self.fmt), checksums, MAX_KEY_SIZE)
         except (TypeError, ValueError, OverflowError):
             self.add(*frame_records(frames))
             return
-        self._add(*columns)
+        self._keep(run)
 
     def _add(self, ordered: list[bytes], stored: list[bytes], deletes: list[bytes]) -> None:
         self._keep(encode_run(ordered, stored, deletes))
@@ -192,9 +190,11 @@ class SortedRuns:
             try:
                 if self._file is None:
                     self._file = tempfile.TemporaryFile(  # noqa: SIM115 (closed by close())
-                        dir=self._directory, prefix=PREFIX
+                        buffering=0, dir=self._directory, prefix=PREFIX
                     )
-                self._file.write(data)
+                with memoryview(data) as left:
+                    while left:  # os.write may write less (a signal, 2 GiB at most a call)
+                        left = left[os.write(self._file.fileno(), left) :]
             except OSError as e:
                 raise StorageError(
                     f"cannot write a sorted restore's run into {self._directory}: {e}"
@@ -206,35 +206,39 @@ class SortedRuns:
     def merged(self) -> Iterator[tuple[list[bytes], list[bytes]]]:
         """The merged rows of every run, in key order, in batches of at most
         :data:`MERGE_BATCH` (keys, stored values): the latest run wins, a key whose latest
-        record is a tombstone is left out. Each call merges from the start. A run in memory
-        is read whole; a run in the file through a window of :data:`WINDOW_BUDGET` bytes
-        over the number of such runs (between 64 KiB and 1 MiB)."""
-        filed = [run for run in self.runs if isinstance(run, tuple)]
-        if self._file is not None:
-            self._file.flush()
-        fd = self._file.fileno() if self._file is not None else -1
-        window = min(1 << 20, max(64 << 10, WINDOW_BUDGET // max(len(filed), 1)))
-        k = len(self.runs)
-        bufs = [run if isinstance(run, bytes) else b"" for run in self.runs]
-        read = [run[0] if isinstance(run, tuple) else 0 for run in self.runs]
-        ends = [run[1] if isinstance(run, tuple) else 0 for run in self.runs]
-        pos = [0] * k
-        more = [isinstance(run, tuple) and run[0] < run[1] for run in self.runs]
-        while True:
-            keys, values, need = merge_runs(bufs, pos, more, MERGE_BATCH)
-            if keys:
-                yield keys, values
-            if need < 0:
+        record is a tombstone is left out. Each call merges from the start. Every run is read
+        whole: from memory, or through a read-only map of the run file (its pages are the
+        page cache's: no copy, and the kernel may drop them and read them again)."""
+        mapped = view = None
+        if self._filed:
+            assert self._file is not None
+            fd = self._file.fileno()
+            if os.fstat(fd).st_size < self._filed:  # a map past the end would fault (SIGBUS)
+                raise StorageError("a restore run file ended early: its runs were cut")
+            mapped = mmap.mmap(fd, self._filed, prot=mmap.PROT_READ)
+            view = memoryview(mapped)
+        bufs: list[Any] = [
+            run if isinstance(run, bytes) else view[run[0] : run[1]]  # type: ignore[index]
+            for run in self.runs
+        ]
+        try:
+            pos, more = [0] * len(bufs), [False] * len(bufs)
+            while True:
+                try:
+                    keys, values, _ = merge_runs(bufs, pos, more, MERGE_BATCH)
+                except ValueError as e:  # a run ends inside a record
+                    raise StorageError(f"a sorted restore's run is damaged: {e}") from e
                 if not keys:
                     return
-                continue
-            chunk = os.pread(fd, min(window, ends[need] - read[need]), read[need])
-            if not chunk:
-                raise StorageError("a restore run file ended early: its runs were cut")
-            read[need] += len(chunk)
-            bufs[need] = bufs[need][pos[need] :] + chunk
-            pos[need] = 0
-            more[need] = read[need] < ends[need]
+                yield keys, values
+        finally:
+            for buf in bufs:
+                if isinstance(buf, memoryview):
+                    buf.release()
+            if view is not None:
+                view.release()
+            if mapped is not None:
+                mapped.close()
 
     def commit(self, offset: int) -> None:
         """Merge the runs into the (empty) store and commit them with changelog ``offset``:
