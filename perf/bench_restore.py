@@ -84,6 +84,7 @@ from _record import Record, add_json_argument
 # Submodules, not ``import txstore``: the editable install registers ``txstore`` as a namespace
 # package, so its ``__init__`` is not loaded when run from perf/.
 import txstore.codecs
+from txstore.bytestores.restore_runs import SortedRuns
 from txstore.changelog.log import FileChangelog
 from txstore.runtime.task import (
     CHANGELOG_ADDITIONAL_RETENTION_MS,
@@ -267,6 +268,12 @@ class Probe:
       sorted, converted, sealed; then ``putmulti``, the offset, fsync), so its ``convert``
       and ``apply`` are 0.
 
+    The sorted restore of an empty key-value store (``bytestores/restore_runs.py``, what the
+    key-value workload takes: more than one restore batch) is timed as ``convert`` for
+    ``SortedRuns.add_frames`` (the C pass making each chunk's sorted run, and its write when
+    it goes to the run file) and ``commit`` for ``SortedRuns.commit`` (the k-way merge,
+    ``putmulti`` with append, the offset, one fsync).
+
     The rest of ``initialize()`` (collecting the columns, slicing, ``zip``, recovery, the
     changelog repair check) is ``other``. A few thousand timer calls per million records.
     Each commit's duration and offset are kept too (:meth:`commit_growth`).
@@ -352,12 +359,17 @@ class Probe:
 
     @contextlib.contextmanager
     def converter(self) -> Iterator[None]:
+        """Time the module-level converter and the sorted restore's two phases."""
         original = txstore.codecs.records_to_values
+        add_frames, commit = SortedRuns.add_frames, SortedRuns.commit
         txstore.codecs.records_to_values = self.timed("convert", original)
+        SortedRuns.add_frames = self.timed("convert", add_frames)  # type: ignore[method-assign]
+        SortedRuns.commit = self.timed("commit", commit)  # type: ignore[method-assign]
         try:
             yield
         finally:
             txstore.codecs.records_to_values = original
+            SortedRuns.add_frames, SortedRuns.commit = add_frames, commit  # type: ignore[method-assign]
 
 
 class _TimedBatches:
