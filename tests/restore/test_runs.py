@@ -141,7 +141,10 @@ def test_runs_in_the_file_or_partly_in_memory_write_the_same(tmp_path: Path, mem
 def test_filed_runs_merge_through_the_map_in_small_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Filed runs merged 100 rows at a time, their pages handed back after every batch
+    (``RELEASE_BYTES`` 1): the pages are read again from the page cache when needed."""
     monkeypatch.setattr(restore_runs, "MERGE_BATCH", 100)
+    monkeypatch.setattr(restore_runs, "RELEASE_BYTES", 1)
     rng = random.Random(5)
     want: dict[bytes, bytes | None] = {}
     with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
@@ -179,8 +182,8 @@ def test_a_run_the_disk_refuses_is_a_storage_error_and_nothing_is_committed(
 ) -> None:
     """A file size limit (RLIMIT_FSIZE, as a full disk would) refuses the run file's write:
     a typed error names the directory; the store stays empty and can restore later."""
-    rows = {i.to_bytes(4, "big"): bytes(100) for i in range(20_000)}  # a ~2 MiB run
-    keys, values = list(rows), list(rows.values())
+    rows: dict[bytes, bytes | None] = {i.to_bytes(4, "big"): bytes(100) for i in range(20_000)}
+    keys, values = list(rows), list(rows.values())  # a ~2 MiB run
     with Partition(tmp_path, sync=False) as p, BytesKeyValueStore("s", p) as s:
         with SortedRuns(s, ValueFormat.PLAIN, memory_bytes=0) as runs:
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)

@@ -58,6 +58,7 @@ __all__ = [
     "MEMORY_BYTES",
     "MERGE_BATCH",
     "PREFIX",
+    "RELEASE_BYTES",
     "SortedRuns",
     "sorted_restore_applies",
 ]
@@ -66,6 +67,9 @@ __all__ = [
 PREFIX: Final = "txstore-restore-runs-"
 #: Rows one merge call hands LMDB (one ``putmulti``).
 MERGE_BATCH: Final = 65_536
+#: Bytes of a filed run merged before its pages are handed back (``MADV_DONTNEED`` on the
+#: map: the process's resident size stays small; the pages stay in the page cache).
+RELEASE_BYTES: Final = 256 << 10
 #: Bytes of runs kept in memory by default (a task passes its overlay budget).
 MEMORY_BYTES: Final = 64 << 20
 
@@ -208,7 +212,8 @@ class SortedRuns:
         :data:`MERGE_BATCH` (keys, stored values): the latest run wins, a key whose latest
         record is a tombstone is left out. Each call merges from the start. Every run is read
         whole: from memory, or through a read-only map of the run file (its pages are the
-        page cache's: no copy, and the kernel may drop them and read them again)."""
+        page cache's: no copy, and the kernel may drop them and read them again); the pages
+        of a filed run are unmapped as the merge passes them, every :data:`RELEASE_BYTES`."""
         mapped = view = None
         if self._filed:
             assert self._file is not None
@@ -221,8 +226,10 @@ class SortedRuns:
             run if isinstance(run, bytes) else view[run[0] : run[1]]  # type: ignore[index]
             for run in self.runs
         ]
+        filed = [(i, run[0]) for i, run in enumerate(self.runs) if isinstance(run, tuple)]
         try:
             pos, more = [0] * len(bufs), [False] * len(bufs)
+            released = [0] * len(bufs)
             while True:
                 try:
                     keys, values, _ = merge_runs(bufs, pos, more, MERGE_BATCH)
@@ -230,6 +237,12 @@ class SortedRuns:
                     raise StorageError(f"a sorted restore's run is damaged: {e}") from e
                 if not keys:
                     return
+                for i, start in filed:  # hand back the pages merged (the process's RSS)
+                    if mapped is not None and pos[i] - released[i] >= RELEASE_BYTES:
+                        lo = (start + released[i]) // mmap.PAGESIZE * mmap.PAGESIZE
+                        hi = (start + pos[i]) // mmap.PAGESIZE * mmap.PAGESIZE
+                        mapped.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                        released[i] = pos[i]
                 yield keys, values
         finally:
             for buf in bufs:

@@ -153,9 +153,10 @@ class Task:
     ``verify`` is :func:`txstore.open`'s (when ``data/data.mdb``'s pages are walked).
     ``overlay_budget_bytes`` bounds the memory of writes not yet committed: the overlays (they
     spill past it), a restore batch (half of it) and the sorted runs a restore of an empty
-    key-value store keeps in memory (the others go to a temporary file). Changelogs live in ``<path>/changelog/<store>/``, or in ``<changelog_dir>/<store>/`` when
-    ``changelog_dir`` is given (stores on local disk, changelogs on storage that other hosts
-    reach: a task opened elsewhere over an empty ``path`` restores from them).
+    key-value store keeps in memory (the others go to a temporary file). Changelogs live in
+    ``<path>/changelog/<store>/``, or in ``<changelog_dir>/<store>/`` when ``changelog_dir``
+    is given (stores on local disk, changelogs on storage that other hosts reach: a task
+    opened elsewhere over an empty ``path`` restores from them).
 
     >>> import tempfile, txstore
     >>> from txstore import Serdes, Stores
