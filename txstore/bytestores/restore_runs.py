@@ -185,8 +185,9 @@ class SortedRuns:
 
     def _keep(self, data: bytes) -> None:
         """Keep run ``data``: in memory if it fits in what is left of :attr:`memory_bytes`,
-        else appended to the file. The write is synchronous: a writer thread waited for the GIL behind the
-        restore's C passes (1M records: 0.25-0.6 s of waits against 30 ms of writes)."""
+        else appended to the file. The write is synchronous: a writer thread waited for the
+        GIL behind the restore's C passes (1M records: 0.25-0.6 s of waits against 30 ms of
+        writes)."""
         if self._held + len(data) <= self.memory_bytes:
             self.runs.append(data)
             self._held += len(data)
