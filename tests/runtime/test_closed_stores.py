@@ -74,12 +74,8 @@ def read(stores: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def refs_of(store: Any) -> list[weakref.ref[Any]]:
-    """Weak references to a typed store and every layer under it."""
-    layers, layer = [], store
-    while layer is not None and hasattr(layer, "close"):
-        layers.append(weakref.ref(layer))
-        layer = getattr(layer, "bytes_store", None) if layer is store else None
-    return layers
+    """Weak references to a typed store and the bytes store under it."""
+    return [weakref.ref(store), weakref.ref(store.bytes_store)]
 
 
 def test_a_closed_store_is_freed_and_reopens_with_its_committed_data(tmp_path: Path) -> None:
@@ -105,6 +101,15 @@ def test_a_closed_store_is_freed_and_reopens_with_its_committed_data(tmp_path: P
         again = open_kinds(db)  # the same names open again, with what was committed
         assert read(again) == (1, 1, [1], 1)
         assert db.store("kv") is again["kv"]
+    with txstore.open(tmp_path, readonly=True) as db:  # the same for a reader
+        stores = open_kinds(db)
+        refs = [r for s in stores.values() for r in refs_of(s)]
+        for store in stores.values():
+            store.close()
+        del stores, store
+        gc.collect()
+        assert [r() for r in refs] == [None] * len(refs) and db.stacks() == []
+        assert read(open_kinds(db)) == (1, 1, [1], 1)
 
 
 def test_open_and_close_many_times_keeps_nothing(tmp_path: Path) -> None:
