@@ -132,7 +132,8 @@ class ChangeLoggingKeyValueBytesStore(_ChangeLogging):
     :meth:`put` of a plain value (or a delete) with bytes arguments, on a transactional
     :class:`~txstore.bytestores.kv.BytesKeyValueStore`, stages it in the store's overlay and
     appends its record itself, as the calls it replaces would (``_record``, the bytes store's
-    ``put``): measured, 100k task puts went from ~1,350 to ~1,000 ns each.
+    ``put``): two Python frames fewer; 100k task puts, measured side by side on a loaded
+    machine, went from ~1,880 to ~1,410 ns each (0.75x).
     """
 
     def __init__(
