@@ -36,12 +36,14 @@ Further sections: a full scan through the read-uncommitted merge iterator over t
 
 The garbage collector is off inside timed sections (as in :mod:`timeit`), on in between.
 
-Run ``python perf/bench_kv.py [--quick] [--json PATH]``. The output ends with seven
+Run ``python perf/bench_kv.py [--quick] [--json PATH]``. The output ends with eight
 ``figure:`` lines: ``kv_put_commit_vs_lmdb`` (goal >= 0.7), ``kv_put_commit_vs_quix`` (>= 1.5),
 ``kv_get_vs_lmdb`` (>= 0.75), ``kv_get_vs_quix`` (>= 3), ``kv_merged_scan_rows_per_s``
 (>= 2,000,000), ``recover_ms_ratio_large_small`` (<= 1.5) and ``spill_rss_growth_mib`` (<= 64),
-then four of entry checksums (issue 24; the same store with ``checksums=False`` side by side,
-100k keys): ``checksum_get_overhead``, ``checksum_put_commit_overhead`` and
+``kv_task_put_commit_vs_lmdb_changelog`` (no goal: a task's store, put + task commit, against a
+raw LMDB put plus the same changelog append, both committed and synced), then four of entry
+checksums (issue 24; the same store with ``checksums=False`` side by side, 100k keys):
+``checksum_get_overhead``, ``checksum_put_commit_overhead`` and
 ``checksum_scan_overhead`` (time with / time without, goal <= 1.05 each) and
 ``checksum_bytes_per_entry`` (<= 4).
 The JSON record (``_record.py``; default ``perf/out/kv.json``) holds them, every round's timings,
@@ -72,11 +74,14 @@ from _harness import Settings, Timing, compare, compare_staged, consume, fmt_rat
 from _record import Record, add_json_argument
 
 from txstore.bytestores.kv import BytesKeyValueStore
+from txstore.changelog.log import FileChangelog
 
 # Submodules, not ``import txstore``: the editable install registers ``txstore`` as a namespace
 # package, so its ``__init__`` (and ``txstore.open``) is not loaded when run from perf/.
 from txstore.runtime.database import Database
 from txstore.runtime.database import open as open_database
+from txstore.runtime.task import Task
+from txstore.stores.factories import Stores
 from txstore.stores.kv import KeyValueStore
 from txstore.stores.serdes import Serdes
 
@@ -94,6 +99,8 @@ LEVELS = (
     "  (BytesKeyValueStore); noise = (max - min) / median over the rounds"
 )
 Phases = dict[str, int]
+LMDB_CHANGELOG = "lmdb + changelog: txn.put + append + commits"
+TASK = "txstore task: put + task.commit"
 
 
 def now() -> int:
@@ -276,6 +283,50 @@ def put_commit_variants(
             shutil.rmtree(path)
         return {"put": t1 - t0, "commit": t2 - t1}
 
+    def lmdb_changelog_put() -> Phases:
+        # what a task's put does at the least: the LMDB put and the changelog record, then
+        # both committed (changelog first, synced)
+        path = work.fresh("lmdb-changelog")
+        env = open_lmdb(os.path.join(path, "data"))
+        log = FileChangelog(os.path.join(path, "changelog"))
+        try:
+            t0 = now()
+            txn = env.begin(write=True)
+            put, append = txn.put, log.append
+            for k, v in items:
+                put(k, v)
+                append(k, v, -1, b"")
+            t1 = now()
+            log.commit(1)
+            txn.commit()
+            t2 = now()
+            assert env.stat()["entries"] == n and log.committed_end_offset == n
+        finally:
+            log.close()
+            env.close()
+            shutil.rmtree(path)
+        return {"put": t1 - t0, "commit": t2 - t1}
+
+    def task_put() -> Phases:
+        path = work.fresh("task")
+        with Task(path) as task:
+            store = task.key_value_store(
+                Stores.key_value_store_builder(
+                    Stores.persistent_key_value_store(STORE), Serdes.bytes(), Serdes.bytes()
+                )
+            )
+            task.initialize()
+            t0 = now()
+            put = store.put
+            for k, v in items:
+                put(k, v)
+            t1 = now()
+            task.commit(1)
+            t2 = now()
+            assert store.approximate_num_entries() == n
+        shutil.rmtree(path)
+        return {"put": t1 - t0, "commit": t2 - t1}
+
     def quix_put() -> Phases:
         path = work.fresh("quix")
         partition = open_quix(path)
@@ -307,6 +358,8 @@ def put_commit_variants(
         "txstore non-tx: put_all + commit": tx(False, True, True, "put_all"),
         f"txstore non-tx: put() x {nontx_keys:,} + commit": tx(False, True, True, "put-subset"),
         "quix: set_bytes + prepare + flush": quix_put,
+        LMDB_CHANGELOG: lmdb_changelog_put,
+        TASK: task_put,
     }
     counts = {name: n for name in variants}
     counts[f"txstore non-tx: put() x {nontx_keys:,} + commit"] = nontx_keys
@@ -602,6 +655,7 @@ class Figures:
     scan_rows_per_s: float = 0.0
     recover_ratio: float = 0.0
     spill_growth_mib: float = 0.0
+    task_put_commit_vs_lmdb_changelog: float = 0.0
     #: every section's timings (``{variant: Timing}`` or ``{variant: {phase: Timing}}``) and the
     #: spill child's readings, for the JSON record
     timings: dict[str, tuple[Mapping[str, Any], str]] = field(default_factory=dict)
@@ -619,7 +673,7 @@ class Figures:
         ]
 
     def record(self, record: Record) -> None:
-        """The timings and the seven figures, into ``record``."""
+        """The timings and the eight figures, into ``record``."""
         for section, (timings, per) in self.timings.items():
             record.add_timings(section, timings, per=per)
         if self.spill:
@@ -658,6 +712,12 @@ class Figures:
         )
         record.figure("recover_ms_ratio_large_small", self.recover_ratio, "x", based_on=["recover"])
         record.figure("spill_rss_growth_mib", self.spill_growth_mib, "MiB", digits=1)
+        record.figure(
+            "kv_task_put_commit_vs_lmdb_changelog",
+            self.task_put_commit_vs_lmdb_changelog,
+            "x",
+            based_on=[f"put_commit/{LMDB_CHANGELOG}/total", f"put_commit/{TASK}/total"],
+        )
 
 
 def section_put_commit(cfg: Config, data: Data, work: Workdir, fig: Figures) -> None:
@@ -697,6 +757,13 @@ def section_put_commit(cfg: Config, data: Data, work: Workdir, fig: Figures) -> 
     )
     fig.put_commit_vs_lmdb = lmdb_ns / tx_ns
     fig.put_commit_vs_quix = quix_ns / tx_ns
+    task, base = pc[TASK], pc[LMDB_CHANGELOG]
+    fig.task_put_commit_vs_lmdb_changelog = base["total"].median_ns / task["total"].median_ns
+    print(
+        f"  a task's put: {task['put'].median_ns:,.0f} ns (LMDB put + changelog append: "
+        f"{base['put'].median_ns:,.0f} ns); put + commit, task vs that: "
+        f"{fmt_ratio(fig.task_put_commit_vs_lmdb_changelog)}"
+    )
 
 
 def section_reads(cfg: Config, data: Data, work: Workdir, fig: Figures) -> None:

@@ -67,6 +67,9 @@ class SequenceNumbers:
         if not store.partition.readonly:
             store.partition.on_before_commit(store.name, self.before_commit)
         _BY_STORE[store] = self
+        # the entry holds its store (through self.store and the counters): a weak key alone
+        # would never let it go, so it goes when the store closes
+        store.partition.on_detach(_forget)
 
     def register(self, counter: Counter) -> None:
         """Number ``counter``'s next keys after the committed number."""
@@ -100,6 +103,11 @@ class SequenceNumbers:
             self._overlay.put(*row)
         else:
             self.store.partition.write_through(self.db, [row])
+
+
+def _forget(name: str, store: Any) -> None:
+    """Drop the entry of a store that closed (the partition's detach hook)."""
+    _BY_STORE.pop(store, None)
 
 
 def sequence_numbers(store: Any) -> SequenceNumbers | None:

@@ -184,6 +184,7 @@ class PartitionBase:
         self._generation = fork_generation[0]
         self._stores: dict[str, Any] = {}
         self._before_commit: dict[str, Callable[[], None]] = {}
+        self._on_detach: list[Callable[[str, Any], None]] = []
         self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
         self._snapshots_lock = threading.RLock()
         self._commits = 0
@@ -230,6 +231,15 @@ class PartitionBase:
         if self._stores.get(name) is store:
             del self._stores[name]
             self._before_commit.pop(name, None)
+            for hook in list(self._on_detach):
+                hook(name, store)
+
+    def on_detach(self, hook: Callable[[str, Any], None]) -> None:
+        """Call ``hook(name, store)`` whenever a store object is detached (closed), so that
+        whoever keeps open stores (a :class:`~txstore.runtime.Database`) forgets it. A hook
+        registered again is kept once. O(hooks)."""
+        if hook not in self._on_detach:
+            self._on_detach.append(hook)
 
     def on_before_commit(self, name: str, hook: Callable[[], None]) -> None:
         """Call ``hook`` at every commit of store ``name``, before its overlay is applied, so

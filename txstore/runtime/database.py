@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from txstore.codecs import ValueFormat
@@ -97,9 +97,12 @@ class Database:
 
     Every store is opened through :func:`~txstore.stores.assembly.assemble`, once: asking for
     an open store again (``store(name)``) returns the same handle, and opening it a second time
-    is refused. With ``changelogs`` (what a :class:`~txstore.runtime.task.Task` passes), every
-    store opened here, whichever way, writes to its changelog, and commits go through the
-    task, never :meth:`commit`.
+    is refused. A store closed on its own (``store.close()``) is forgotten at once: the
+    database keeps no reference to it, its commits and transactions leave it out, and the
+    name can be opened again (``on_store_closed`` is then called with its stack). With
+    ``changelogs`` (what a :class:`~txstore.runtime.task.Task` passes), every store opened
+    here, whichever way, writes to its changelog, and commits go through the task, never
+    :meth:`commit`.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class Database:
         changelogs: ChangelogSource | None = None,
         verify: str | None = None,
         checksums: bool = True,
+        on_store_closed: Callable[[StoreStack], None] | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {
             "readonly": readonly,
@@ -139,6 +143,7 @@ class Database:
             self.partition = Partition(path, **kwargs)
         self.changelogs = changelogs
         self._stacks: dict[str, StoreStack] = {}
+        self._on_store_closed = on_store_closed
 
     @property
     def path(self) -> str:
@@ -201,8 +206,17 @@ class Database:
         else:  # a task's in-memory store: change-logged, restored from its changelog
             assert self.changelogs is not None
             stack = assemble(builder, self.changelogs.memory_partition, self.changelogs)
+        stack.unlogged_store.partition.on_detach(self._forget)
         self._stacks[name] = stack
         return stack.store
+
+    def _forget(self, name: str, store: object) -> None:
+        """Drop the stack of a store that was closed (its partition's detach hook)."""
+        stack = self._stacks.get(name)
+        if stack is not None and stack.unlogged_store is store:
+            del self._stacks[name]
+            if self._on_store_closed is not None:
+                self._on_store_closed(stack)
 
     def _refuse_damaged(self, name: str) -> None:
         """A store in which the check at open (after an unclean shutdown) found an entry whose
@@ -347,12 +361,12 @@ class Database:
         return self.open_session_store(builder)
 
     def store(self, name: str) -> Any:
-        """The handle of store ``name`` opened earlier through this database (the same object
-        every time; possibly closed since).
+        """The handle of the open store ``name`` opened through this database (the same object
+        every time).
 
         O(1), a dict lookup. Raises :class:`~txstore.errors.InvalidArgumentError` for a name
-        not opened through this database, :class:`~txstore.errors.StoreClosedError` once the
-        database is closed.
+        not opened through this database or closed since, :class:`~txstore.errors.StoreClosedError`
+        once the database is closed.
         """
         self._check_open()
         try:
@@ -363,8 +377,8 @@ class Database:
             ) from None
 
     def stacks(self) -> list[StoreStack]:
-        """The layers of every store opened through this database, in the order they were
-        opened (what a task commits and restores). O(stores)."""
+        """The layers of every open store opened through this database, in the order they
+        were opened (what a task commits and restores). O(stores)."""
         return list(self._stacks.values())
 
     def store_names(self) -> list[str]:
@@ -499,8 +513,9 @@ class Database:
         pending: list[str] = []
         if warn and self.changelogs is None and not self.closed:
             pending = self.uncommitted_stores()
-        for stack in self._stacks.values():
+        for stack in list(self._stacks.values()):  # each close drops its stack (_forget)
             stack.store.close()
+        self._stacks.clear()
         self.partition.close()
         if pending:  # once closed: a warning turned into an error leaks nothing
             warnings.warn(

@@ -72,9 +72,7 @@ from typing import Any, TypeVar
 
 from txstore import faults
 from txstore.changelog.coordination import commit_metadata, plan_recovery
-from txstore.changelog.layer import (
-    RecordContext,
-)
+from txstore.changelog.layer import RecordContext
 from txstore.changelog.log import CleanupPolicy, FileChangelog
 from txstore.engine.memory import MemoryPartition
 from txstore.errors import (
@@ -98,13 +96,14 @@ from txstore.runtime.task_support import (
     StoreNames,
     TaskChangelog,
     check_not_ahead,
+    close_changelog,
     has_uncommitted,
     last_seq,
     not_changelogged,
     restore_store,
 )
 from txstore.runtime.transaction import Transaction
-from txstore.stores.assembly import StoreKind
+from txstore.stores.assembly import StoreKind, StoreStack
 from txstore.stores.builders import KeyValueStoreBuilder, SessionStoreBuilder, WindowStoreBuilder
 from txstore.stores.kv import KeyValueStore
 from txstore.stores.session import SessionStore
@@ -213,6 +212,7 @@ class Task:
             overlay_budget_bytes=overlay_budget_bytes,
             changelogs=self,
             verify=verify,
+            on_store_closed=self._store_closed,
         )
         """The task's :class:`~txstore.runtime.database.Database`: its stores are opened
         here (``builder.build(task.db)`` is :meth:`key_value_store`), committed by
@@ -321,6 +321,10 @@ class Task:
         (as :meth:`window_store`). Call before :meth:`initialize`."""
         self._check_created()
         return self.db.open_session_store(builder)
+
+    def _store_closed(self, stack: StoreStack) -> None:
+        # A store closed on its own leaves the task, and its changelog with it.
+        close_changelog(stack, self._seq if self._state == "running" else None)
 
     @property
     def _entries(self) -> dict[str, StoreEntry]:

@@ -36,6 +36,7 @@ __all__ = [
     "StoreNames",
     "TaskChangelog",
     "check_not_ahead",
+    "close_changelog",
     "has_uncommitted",
     "last_seq",
     "not_changelogged",
@@ -178,6 +179,22 @@ def has_uncommitted(stack: StoreStack) -> bool:
     if not isinstance(log, FileChangelog) or log.closed:
         return False
     return bool(log.end_offset > log.committed_end_offset)
+
+
+def close_changelog(stack: StoreStack, seq: int | None) -> None:
+    """Close the changelog of the task's store ``stack``, closed on its own: its uncommitted
+    records go as the store's staged writes did (a later task commit would otherwise make them
+    durable in the changelog only, and the store would never replay them). ``seq``: the
+    task's last complete commit while it runs (``None`` before); a later commit the changelog
+    holds (one that failed part way) is rolled back, as :meth:`Task.abort` would."""
+    log = stack.changelog
+    if not isinstance(log, FileChangelog) or log.closed:
+        return
+    try:
+        if seq is not None and last_seq(log) > seq:
+            log.rollback_last_commit()
+    finally:
+        log.close()
 
 
 def last_seq(log: FileChangelog) -> int:
