@@ -568,6 +568,15 @@ class TxnReads(AtomicReads):
             return self._partition.verify_rows(db, [(key, value)])[0][1]
         return value
 
+    def state_id(self) -> int:
+        return int(self._txn.id())
+
+    def cursor(self, db: bytes) -> Any:
+        # MDB_BAD_DBI (a database dropped by another process) goes up to ``run_shared``,
+        # which forgets the handles and runs the reads again
+        h = self._handle(db)
+        return None if h is None else self._txn.cursor(h)
+
     def read_range(
         self, db: bytes, lo: bytes, hi: bytes, reverse: bool, limit: int
     ) -> tuple[list[Row], bool]:
