@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 
 from txstore._checksums import ChecksumError, window_items
@@ -330,14 +331,8 @@ class SegmentedReadCommittedView(SegmentedReads):
                 reg = {sid: int(fmt) for sid, fmt in self._registry().items()}
                 state = self._state = _RegistryState(p, -1, reg)
             plan = state.plans.get(span) or state.plan(span, st)
-            # the cells before the read: a drop committed after this empties them
-            cells = [st.committed_cell(sid) for sid in plan.sids]
-            out = p.read_atomic(
-                plan.dbs,
-                lambda reads: self._read_items(
-                    reads, state, plan, cells, key, actual_from, time_to, decode  # noqa: B023
-                ),
-            )
+            read = partial(self._read_items, state, plan, key, actual_from, time_to, decode)
+            out = p.read_atomic(plan.dbs, read)
             if out is not _AGAIN:
                 break
         else:
@@ -350,29 +345,32 @@ class SegmentedReadCommittedView(SegmentedReads):
 
     def _read_items(
         self,
-        reads: AtomicReads,
         state: _RegistryState,
         plan: _Plan,
-        cells: list[list[bool]],
         key: bytes,
         time_from: int,
         time_to: int,
         decode: Any,
+        reads: AtomicReads,
     ) -> Any:
         """The read transaction of :meth:`fetch_window_items`: the pairs, None for the general
         path, or :data:`_AGAIN` to run again with the databases of the registry just read."""
-        reg = state.registry
         txn_id = reads.state_id()
-        if txn_id is None or txn_id != state.txn_id:  # a commit since: read the registry
+        if txn_id is None:  # an engine without ids: the registry of this transaction
             reg = self._read_registry(reads, state, txn_id)
             if _in_range(reg, plan.span) != plan.sids:
                 return _AGAIN
+        elif txn_id != state.txn_id:  # a commit since: again with the plan of its registry
+            self._read_registry(reads, state, txn_id)
+            return _AGAIN
+        else:
+            reg = state.registry
+        cells = plan.cells
         out: list[Any] | None = None
         live: list[list[bool]] = []
         dst = plan.fmt
         sealed = state.partition.checksums
-        i = 0
-        for sid in plan.sids:
+        for i, sid in enumerate(plan.sids):
             if reg.get(sid) != dst:  # another format (upgrade pending): general path
                 return None
             db = plan.dbs[i + 1]
@@ -393,7 +391,6 @@ class SegmentedReadCommittedView(SegmentedReads):
             elif items:
                 out += items
                 live += [cells[i]] * len(items)
-            i += 1
         return ([], [], True) if out is None else (out, live, True)
 
     def _read_registry(
@@ -469,13 +466,17 @@ class _Plan:
     """What a fetch of segments ``span`` (first, last) reads: the segment ids in range of one
     registry, the databases to name (the registry's first) and the store's format."""
 
-    __slots__ = ("dbs", "fmt", "sids", "span")
+    __slots__ = ("cells", "dbs", "fmt", "sids", "span")
 
     def __init__(self, span: tuple[int, int], sids: tuple[int, ...], st: SegmentedStoreState):
         self.span = span
         self.sids = sids
         self.dbs = (st.registry_db, *(st.segment_db(sid) for sid in sids))
         self.fmt = int(st.format)
+        # the liveness cells of the segments, sampled once the registry's commit is visible
+        # and before any read of it: a drop committed later empties them (and moves the
+        # transaction id, so no later fetch uses this plan)
+        self.cells = [st.committed_cell(sid) for sid in sids]
 
 
 class _RegistryState:
