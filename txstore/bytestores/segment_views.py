@@ -297,14 +297,17 @@ class SegmentedReadCommittedView(SegmentedReads):
         ``(rows, cells, False)`` (:meth:`fetch_window_rows`, for the caller to decode); None:
         use :meth:`fetch`.
 
-        The bookkeeping is cached: the registry (formats by segment id) is kept with the id of
-        the committed state it was read in (:meth:`~txstore.engine.base.AtomicReads.state_id`,
-        LMDB's transaction id), and used again by a read transaction of the same id, which sees
-        the same registry; a read of another id reads the registry in that transaction first.
-        So each fetch sees one committed state, registry and rows. The databases to name
-        (those of the segments in range) come from the cached registry; when the registry read
-        in the transaction has another segment in range, the fetch runs again with the new
-        one."""
+        The bookkeeping is kept between fetches, under a generation that is LMDB's own: the
+        registry (format byte by segment id) is kept with the id of the committed state it was
+        read in (:meth:`~txstore.engine.base.AtomicReads.state_id`, the read transaction's id,
+        which moves with every commit), with a plan per span of segment ids (the databases to
+        name, the store's format, the segments' liveness cells). A fetch names the plan's
+        databases and begins its one read transaction; of the same id, the kept registry is
+        the one it sees, and its rows are read with no registry read; of another id (a commit
+        since), it reads the registry in that transaction, keeps it, and runs again with a
+        plan made from it (at most 3 times, then the general path). So every fetch reads
+        registry and rows of one committed state, sees every commit that precedes its
+        transaction, and never reads a segment the registry does not list."""
         st = self.store
         if self._snap is not None or reverse or not st.window:
             read = self.fetch_window_rows(key, time_from, time_to, reverse)
@@ -331,8 +334,8 @@ class SegmentedReadCommittedView(SegmentedReads):
                 reg = {sid: int(fmt) for sid, fmt in self._registry().items()}
                 state = self._state = _RegistryState(p, -1, reg)
             plan = state.plans.get(span) or state.plan(span, st)
-            read = partial(self._read_items, state, plan, key, actual_from, time_to, decode)
-            out = p.read_atomic(plan.dbs, read)
+            body = partial(self._read_items, state, plan, key, actual_from, time_to, decode)
+            out: Any = p.read_atomic(plan.dbs, body)
             if out is not _AGAIN:
                 break
         else:

@@ -569,12 +569,16 @@ class TxnReads(AtomicReads):
         return value
 
     def state_id(self) -> int:
-        return int(self._txn.id())
+        txn_id: int = self._txn.id()
+        return txn_id
 
     def cursor(self, db: bytes) -> Any:
         # MDB_BAD_DBI (a database dropped by another process) goes up to ``run_shared``,
         # which forgets the handles and runs the reads again
-        h = self._handle(db)
+        try:
+            h = self._handles[db]  # self._handle(db), inlined
+        except KeyError:
+            raise unnamed_db(db) from None
         return None if h is None else self._txn.cursor(h)
 
     def read_range(
