@@ -5,7 +5,10 @@ across commits, segment rolls and drops, and see every commit made after the vie
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from txstore.errors import StoreClosedError
 pytestmark = pytest.mark.filterwarnings("error")
 
 RETENTION, SIZE, INTERVAL = 180_000, 1_000, 90_000
+ROOT = str(Path(__file__).resolve().parents[2])
 KEYS = ["a", "aa", "a\x00", "ab", "b", "k" * 20]
 
 
@@ -138,3 +142,56 @@ def test_view_fetch_of_a_closed_store_raises(tmp_path: Path) -> None:
     with pytest.raises(StoreClosedError):
         view.fetch("k", 0, 10)
     view.close()
+
+
+WRITER = """
+import sys, txstore
+from txstore import Serdes
+db = txstore.open(sys.argv[1])
+w = db.window_store(
+    "w", Serdes.string(), Serdes.string(), retention_period=int(sys.argv[2]),
+    window_size=int(sys.argv[3]),
+)
+for step, line in enumerate(sys.stdin):
+    w.put("k", f"v{step}", int(line))
+    w.commit(step + 1)
+    print("OK", flush=True)
+db.close()
+"""
+
+
+def test_view_in_another_process_sees_each_commit(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "error", "-c", WRITER, str(path), str(RETENTION), str(SIZE)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def commit(t: int) -> None:
+        proc.stdin.write(f"{t}\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert proc.stdout.readline() == "OK\n"  # type: ignore[union-attr]
+
+    try:
+        commit(0)
+        with txstore.open(path, readonly=True) as db:
+            w = db.window_store(
+                "w", Serdes.string(), Serdes.string(), retention_period=RETENTION, window_size=SIZE
+            )
+            view = w.read_committed()
+            assert pairs(view.fetch("k", 0, 2**62)) == [(0, "v0")]
+            assert fast(view, "k", 0, 2**62) is True
+            commit(5)  # the same segment: a new transaction id, the same plan
+            assert pairs(view.fetch("k", 0, 2**62)) == [(0, "v0"), (5, "v1")]
+            commit(INTERVAL + 1)  # a new segment, committed by the other process
+            assert pairs(view.fetch("k", 0, 2**62))[-1] == (INTERVAL + 1, "v2")
+            commit(3 * INTERVAL)  # segment 0 dropped by the other process
+            assert pairs(view.fetch("k", 0, 2**62)) == [(INTERVAL + 1, "v2"), (3 * INTERVAL, "v3")]
+            view.close()
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        proc.stdout.close()
