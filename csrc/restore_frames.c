@@ -90,16 +90,7 @@ static int load_frame(scratch_t *s, const frame_t *f, Py_ssize_t *at, Py_ssize_t
         uint32_t kn = get_le32(klens + 4 * i), hn = f->has_h ? get_le32(hlens + 4 * i) : 0;
         int32_t vn = (int32_t)get_le32(vlens + 4 * i);
         if (i >= f->lo) {
-            if (kn < 1 || (Py_ssize_t)kn > max_key) {
-                PyErr_SetString(PyExc_ValueError, "key length out of range");
-                return 0;
-            }
-            s->k[j] = kp;
-            s->len[j] = kn;
-            uint64_t pre = 0;
-            for (uint32_t b = 0; b < 8; b++) pre = (pre << 8) | (b < kn ? (unsigned char)kp[b] : 0u);
-            s->items[j].pre = pre;
-            s->items[j].idx = (uint32_t)j;
+            if (!txs_load_key(s, j, kp, (Py_ssize_t)kn, max_key)) return 0;
             s->items[j].dead = vn == -1;
             s->v[j] = vp;
             s->vlen[j] = vn == -1 ? 0 : vn;
@@ -173,19 +164,6 @@ static int frames_sorted(PyObject *const *args, Py_ssize_t nargs, const char *na
     return 1;
 }
 
-PyObject *txs_restore_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    scratch_t s;
-    memset(&s, 0, sizeof s);
-    Py_ssize_t n, nput, ndel;
-    int fmt, seal;
-    PyObject *res = NULL;
-    if (frames_sorted(args, nargs, "restore_frames", &s, &n, &nput, &ndel, &fmt, &seal))
-        res = txs_emit_lists(&s, NULL, n, nput, ndel, fmt, seal);
-    txs_scratch_free(&s);
-    return res;
-}
-
 /* The sorted run of the sorted, marked items: a first pass sizes it, a second writes it. */
 static PyObject *emit_run(const scratch_t *s, Py_ssize_t n, int fmt, int seal) {
     const item_t *it = s->items;
@@ -208,14 +186,7 @@ static PyObject *emit_run(const scratch_t *s, Py_ssize_t n, int fmt, int seal) {
     if (out == NULL) return NULL;
     char *w = PyBytes_AsString(out);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + PREFETCH < n && it[i + PREFETCH].idx != UINT32_MAX) {
-            uint32_t a = it[i + PREFETCH].idx;
-            __builtin_prefetch(s->k[a]);
-            if (!it[i + PREFETCH].dead) {
-                __builtin_prefetch(s->v[a]);
-                __builtin_prefetch(s->v[a] + 64);
-            }
-        }
+        txs_prefetch_ahead(s, i, n);
         uint32_t idx = it[i].idx;
         if (idx == UINT32_MAX) continue;
         Py_ssize_t kn = s->len[idx], hn = s->hlen ? s->hlen[idx] : 0;
@@ -236,15 +207,25 @@ static PyObject *emit_run(const scratch_t *s, Py_ssize_t n, int fmt, int seal) {
     return out;
 }
 
-PyObject *txs_restore_frames_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+/* restore_frames (as_run 0: lists) and restore_frames_run (as_run 1: one run). */
+static PyObject *restore_frames_as(PyObject *const *args, Py_ssize_t nargs, const char *name, int as_run) {
     scratch_t s;
     memset(&s, 0, sizeof s);
     Py_ssize_t n, nput, ndel;
     int fmt, seal;
     PyObject *res = NULL;
-    if (frames_sorted(args, nargs, "restore_frames_run", &s, &n, &nput, &ndel, &fmt, &seal))
-        res = emit_run(&s, n, fmt, seal);
+    if (frames_sorted(args, nargs, name, &s, &n, &nput, &ndel, &fmt, &seal))
+        res = as_run ? emit_run(&s, n, fmt, seal) : txs_emit_lists(&s, NULL, n, nput, ndel, fmt, seal);
     txs_scratch_free(&s);
     return res;
+}
+
+PyObject *txs_restore_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return restore_frames_as(args, nargs, "restore_frames", 0);
+}
+
+PyObject *txs_restore_frames_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return restore_frames_as(args, nargs, "restore_frames_run", 1);
 }

@@ -239,16 +239,7 @@ static int load(scratch_t *s, PyObject *keys, PyObject *values, PyObject *stamps
         char *kp;
         Py_ssize_t kn;
         if (PyBytes_AsStringAndSize(key, &kp, &kn) < 0) return 0;
-        if (kn < 1 || kn > max_key) {
-            PyErr_SetString(PyExc_ValueError, "key length out of range");
-            return 0;
-        }
-        s->k[i] = kp;
-        s->len[i] = kn;
-        uint64_t pre = 0;
-        for (Py_ssize_t b = 0; b < 8; b++) pre = (pre << 8) | (b < kn ? (unsigned char)kp[b] : 0u);
-        s->items[i].pre = pre;
-        s->items[i].idx = (uint32_t)i;
+        if (!txs_load_key(s, i, kp, kn, max_key)) return 0;
         PyObject *v = PyList_GetItem(values, i);
         if (v == NULL) return 0;
         s->items[i].dead = v == Py_None;
@@ -296,14 +287,7 @@ PyObject *txs_emit_lists(scratch_t *s, PyObject *keys, Py_ssize_t n, Py_ssize_t 
     if (out_keys == NULL || out_values == NULL || dels == NULL) goto fail;
     Py_ssize_t ip = 0, id = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + PREFETCH < n && it[i + PREFETCH].idx != UINT32_MAX) {
-            uint32_t a = it[i + PREFETCH].idx;
-            __builtin_prefetch(s->k[a]);
-            if (!it[i + PREFETCH].dead) {
-                __builtin_prefetch(s->v[a]);
-                __builtin_prefetch(s->v[a] + 64);
-            }
-        }
+        txs_prefetch_ahead(s, i, n);
         uint32_t idx = it[i].idx;
         if (idx == UINT32_MAX) continue;
         PyObject *key;

@@ -28,6 +28,36 @@ typedef struct {
     int64_t *ts;
 } scratch_t;
 
+/* Prefetch the key and value of the sorted item PREFETCH places after i (the emit loops read
+ * records in key order, so all over memory). */
+static inline void txs_prefetch_ahead(const scratch_t *s, Py_ssize_t i, Py_ssize_t n) {
+    const item_t *it = s->items;
+    if (i + PREFETCH < n && it[i + PREFETCH].idx != UINT32_MAX) {
+        uint32_t a = it[i + PREFETCH].idx;
+        __builtin_prefetch(s->k[a]);
+        if (!it[i + PREFETCH].dead) {
+            __builtin_prefetch(s->v[a]);
+            __builtin_prefetch(s->v[a] + 64);
+        }
+    }
+}
+
+/* Record j's key (kn bytes at kp) into the scratch: its pointer, length, sort prefix and
+ * index; 0 with ValueError for a key of 0 or more than max_key bytes. */
+static inline int txs_load_key(scratch_t *s, Py_ssize_t j, const char *kp, Py_ssize_t kn, Py_ssize_t max_key) {
+    if (kn < 1 || kn > max_key) {
+        PyErr_SetString(PyExc_ValueError, "key length out of range");
+        return 0;
+    }
+    s->k[j] = kp;
+    s->len[j] = kn;
+    uint64_t pre = 0;
+    for (Py_ssize_t b = 0; b < 8; b++) pre = (pre << 8) | (b < kn ? (unsigned char)kp[b] : 0u);
+    s->items[j].pre = pre;
+    s->items[j].idx = (uint32_t)j;
+    return 1;
+}
+
 /* Allocate the scratch of n records (timestamps and headers when the format has them); 0 with
  * MemoryError. txs_scratch_free frees what was allocated (the scratch starts zeroed). */
 int txs_scratch_alloc(scratch_t *s, Py_ssize_t n, int has_ts, int has_h);
