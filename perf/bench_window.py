@@ -26,7 +26,11 @@ Quix Streams is driven standalone: no Kafka broker, no changelog producer.
   without (``checksums=False``), put + commit and fetches (the writer's, a read-committed
   view's): ``window_checksum_*_overhead``, time with / time without (goal <= 1.05).
 
-Run ``python perf/bench_window.py [--quick] [--json PATH]``. The output ends with six
+* **read-committed view's fetch** (issue 27): the same fetch through ``read_committed()``:
+  ``window_view_fetch_vs_quix`` (Quix's time over the view's; goal >= 1.5) and
+  ``window_view_fetch_over_store_fetch`` (the view's time over the writer's; goal <= 2).
+
+Run ``python perf/bench_window.py [--quick] [--json PATH]``. The output ends with eight
 ``figure:`` lines; the JSON record (``_record.py``; default ``perf/out/window.json``) holds them,
 every round's timings and the environment.
 """
@@ -300,6 +304,19 @@ def main() -> None:
     )
     record.figure("plain_headers_bytes_saved_per_record", by_values, "B", digits=0)
     checksum_figures(ck, record)
+    # the read-committed view's fetch: goals >= 1.5x Quix, and within 2x of the store's own
+    record.figure(
+        "window_view_fetch_over_store_fetch",
+        view.median_ns / t_fetch.median_ns,
+        "x",
+        based_on=["fetch/txstore read-committed view", "fetch/txstore"],
+    )
+    record.figure(
+        "window_view_fetch_vs_quix",
+        q_fetch.median_ns / view.median_ns,
+        "x",
+        based_on=["fetch/quix", "fetch/txstore read-committed view"],
+    )
     record.finish(args.json)
 
 

@@ -89,6 +89,8 @@ GOALS: dict[str, Goal] = {
     "spill_rss_growth_mib": Goal("<=", 64),
     "window_put_commit_vs_quix": Goal(">=", 1.5),
     "window_fetch_vs_quix": Goal(">=", 3),
+    "window_view_fetch_vs_quix": Goal(">=", 1.5),
+    "window_view_fetch_over_store_fetch": Goal("<=", 2),
     "plain_headers_bytes_saved_per_record": Goal("==", 8),
     "changelog_append_per_s": Goal(">=", 300_000),
     "changelog_replay_per_s": Goal(">=", 1_000_000),

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 
+from txstore._checksums import ChecksumError, window_items
 from txstore.bytestores.segment_reads import (
     SMALL_READ_LIMIT,
     RowsIterator,
@@ -18,7 +20,7 @@ from txstore.bytestores.segment_reads import (
     read_all,
 )
 from txstore.codecs import ValueFormat, convert_value
-from txstore.engine.base import AtomicReads, Snapshot
+from txstore.engine.base import AtomicReads, PartitionBase, Snapshot
 from txstore.engine.iterators import (
     EMPTY_SOURCE,
     ChunkSource,
@@ -29,6 +31,7 @@ from txstore.engine.iterators import (
     Row,
 )
 from txstore.errors import InvalidStateStoreError, StoreClosedError
+from txstore.types import KeyValue
 
 __all__ = ["SegmentedReadCommittedView"]
 
@@ -79,6 +82,8 @@ class SegmentedReadCommittedView(SegmentedReads):
         self._cached: tuple[int | None, dict[int, ValueFormat]] | None = None
         #: Registry key and database name of the segments read, by id (made once each).
         self._names: dict[int, tuple[bytes, bytes]] = {}
+        #: The registry of :meth:`fetch_window_items`, with the transaction id it was read at.
+        self._state: _RegistryState | None = None
 
     @property
     def name(self) -> str:
@@ -283,6 +288,124 @@ class SegmentedReadCommittedView(SegmentedReads):
         rows = self._read_rows(sids, lo, hi, reverse)  # type: ignore[assignment]
         return rows
 
+    def fetch_window_items(
+        self, key: bytes, time_from: int, time_to: int, reverse: bool, decode: Any
+    ) -> tuple[list[Any], list[list[bool]], bool] | None:
+        """:meth:`WindowFetches.fetch_window_items
+        <txstore.bytestores.window_fetch.WindowFetches.fetch_window_items>` of committed data:
+        ``(pairs, cells, True)`` read and decoded by the C reader in one read transaction;
+        ``(rows, cells, False)`` (:meth:`fetch_window_rows`, for the caller to decode); None:
+        use :meth:`fetch`.
+
+        The bookkeeping is kept between fetches, under a generation that is LMDB's own: the
+        registry (format byte by segment id) is kept with the id of the committed state it was
+        read in (:meth:`~txstore.engine.base.AtomicReads.state_id`, the read transaction's id,
+        which moves with every commit), with a plan per span of segment ids (the databases to
+        name, the store's format, the segments' liveness cells). A fetch names the plan's
+        databases and begins its one read transaction; of the same id, the kept registry is
+        the one it sees, and its rows are read with no registry read; of another id (a commit
+        since), it reads the registry in that transaction, keeps it, and runs again with a
+        plan made from it (at most 3 times, then the general path). So every fetch reads
+        registry and rows of one committed state, sees every commit that precedes its
+        transaction, and never reads a segment the registry does not list."""
+        st = self.store
+        if self._snap is not None or reverse or not st.window:
+            read = self.fetch_window_rows(key, time_from, time_to, reverse)
+            return None if read is None else (read[0], read[1], False)
+        if not st.is_open:
+            raise StoreClosedError(st.name)
+        # the bounds of _window_bounds, inlined (a view that is no snapshot reads the store's
+        # committed observed time)
+        actual_from = st.committed_observed_stream_time - st.retention + 1
+        if time_from > actual_from:
+            actual_from = time_from
+        if time_to < actual_from:
+            return [], [], True
+        if time_to < 0:
+            return None
+        if actual_from < 0:
+            actual_from = 0
+        interval = st.segment_interval
+        span = (actual_from // interval, time_to // interval)
+        p = st.partition
+        for _ in range(3):
+            state = self._state
+            if state is None or state.partition is not p:
+                reg = {sid: int(fmt) for sid, fmt in self._registry().items()}
+                state = self._state = _RegistryState(p, -1, reg)
+            plan = state.plans.get(span) or state.plan(span, st)
+            body = partial(self._read_items, state, plan, key, actual_from, time_to, decode)
+            out: Any = p.read_atomic(plan.dbs, body)
+            if out is not _AGAIN:
+                break
+        else:
+            out = None
+        if out is None:  # the general path: another format, many rows, other keys' rows...
+            rows = self.fetch_window_rows(key, time_from, time_to, reverse)
+            return None if rows is None else (rows[0], rows[1], False)
+        result: tuple[list[Any], list[list[bool]], bool] = out
+        return result
+
+    def _read_items(
+        self,
+        state: _RegistryState,
+        plan: _Plan,
+        key: bytes,
+        time_from: int,
+        time_to: int,
+        decode: Any,
+        reads: AtomicReads,
+    ) -> Any:
+        """The read transaction of :meth:`fetch_window_items`: the pairs, None for the general
+        path, or :data:`_AGAIN` to run again with the databases of the registry just read."""
+        txn_id = reads.state_id()
+        if txn_id is None:  # an engine without ids: the registry of this transaction
+            reg = self._read_registry(reads, state, txn_id)
+            if _in_range(reg, plan.span) != plan.sids:
+                return _AGAIN
+        elif txn_id != state.txn_id:  # a commit since: again with the plan of its registry
+            self._read_registry(reads, state, txn_id)
+            return _AGAIN
+        else:
+            reg = state.registry
+        cells = plan.cells
+        out: list[Any] | None = None
+        live: list[list[bool]] = []
+        dst = plan.fmt
+        sealed = state.partition.checksums
+        for i, sid in enumerate(plan.sids):
+            if reg.get(sid) != dst:  # another format (upgrade pending): general path
+                return None
+            db = plan.dbs[i + 1]
+            cur = reads.cursor(db)
+            if cur is None:  # another engine, or a database newer than the handles
+                return None
+            try:
+                items = window_items(
+                    cur, key, time_from, time_to, SMALL_READ_LIMIT, KeyValue, decode, sealed, None
+                )
+            except ChecksumError as exc:
+                raise state.partition.damaged(db, exc) from None
+            if items is None:  # another key's row in range, many rows, not UTF-8
+                return None
+            if out is None:
+                out = items
+                live = [cells[i]] * len(items)
+            elif items:
+                out += items
+                live += [cells[i]] * len(items)
+        return ([], [], True) if out is None else (out, live, True)
+
+    def _read_registry(
+        self, reads: AtomicReads, state: _RegistryState, txn_id: int | None
+    ) -> dict[int, int]:
+        """The registry as ``reads`` sees it (format byte by segment id), remembered with the
+        transaction id for the fetches that follow (see :meth:`fetch_window_items`)."""
+        rows, _ = reads.read_range(self.store.registry_db, _REG_LO, _REG_HI, False, 1 << 30)
+        reg = {_REG.unpack(k)[0]: v[0] for k, v in rows if v}
+        self._state = _RegistryState(state.partition, -1 if txn_id is None else txn_id, reg)
+        return reg
+
     def _get_raw(self, sid: int, key: bytes) -> tuple[bytes | None, ValueFormat]:
         st = self.store
         db = st.segment_db(sid)
@@ -329,3 +452,50 @@ class SegmentedReadCommittedView(SegmentedReads):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_AGAIN: Final = object()  # _read_items: run the fetch again
+_REG_LO: Final = _REG.pack(0)
+_REG_HI: Final = _REG.pack(2**63 - 1)
+
+
+def _in_range(registry: dict[int, int], span: tuple[int, int]) -> tuple[int, ...]:
+    """The ids of ``registry``'s segments from ``span[0]`` to ``span[1]``, ascending."""
+    first, last = span
+    return tuple(sorted(sid for sid in registry if first <= sid <= last))
+
+
+class _Plan:
+    """What a fetch of segments ``span`` (first, last) reads: the segment ids in range of one
+    registry, the databases to name (the registry's first) and the store's format."""
+
+    __slots__ = ("cells", "dbs", "fmt", "sids", "span")
+
+    def __init__(self, span: tuple[int, int], sids: tuple[int, ...], st: SegmentedStoreState):
+        self.span = span
+        self.sids = sids
+        self.dbs = (st.registry_db, *(st.segment_db(sid) for sid in sids))
+        self.fmt = int(st.format)
+        # the liveness cells of the segments, sampled once the registry's commit is visible
+        # and before any read of it: a drop committed later empties them (and moves the
+        # transaction id, so no later fetch uses this plan)
+        self.cells = [st.committed_cell(sid) for sid in sids]
+
+
+class _RegistryState:
+    """The committed segment registry (format byte by segment id) as of LMDB transaction
+    ``txn_id`` of ``partition`` (-1: not known), and the fetch plans made from it."""
+
+    __slots__ = ("partition", "plans", "registry", "txn_id")
+
+    def __init__(self, partition: PartitionBase, txn_id: int, registry: dict[int, int]) -> None:
+        self.partition = partition
+        self.txn_id = txn_id
+        self.registry = registry
+        self.plans: dict[tuple[int, int], _Plan] = {}
+
+    def plan(self, span: tuple[int, int], st: SegmentedStoreState) -> _Plan:
+        if len(self.plans) >= 64:  # spans move forward with time: forget the old ones
+            self.plans.clear()
+        plan = self.plans[span] = _Plan(span, _in_range(self.registry, span), st)
+        return plan

@@ -83,6 +83,17 @@ class AtomicReads:
         """One chunk of ``db``, as :meth:`ChunkSource.read_chunk`."""
         raise NotImplementedError
 
+    def state_id(self) -> int | None:
+        """The id of the committed state these reads see (LMDB's transaction id: in one
+        partition, reads with the same id see the same data), or None when the engine has
+        none. O(1)."""
+        return None
+
+    def cursor(self, db: bytes) -> Any:
+        """A raw cursor of ``db`` in this transaction, for the C readers (py-lmdb's), or None
+        (no such database, or an engine without one). O(1)."""
+        return None
+
 
 def check_store_name(name: object) -> str:
     """Validate a store name; the one place that defines what a store name may be.

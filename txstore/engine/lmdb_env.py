@@ -568,6 +568,19 @@ class TxnReads(AtomicReads):
             return self._partition.verify_rows(db, [(key, value)])[0][1]
         return value
 
+    def state_id(self) -> int:
+        txn_id: int = self._txn.id()
+        return txn_id
+
+    def cursor(self, db: bytes) -> Any:
+        # MDB_BAD_DBI (a database dropped by another process) goes up to ``run_shared``,
+        # which forgets the handles and runs the reads again
+        try:
+            h = self._handles[db]  # self._handle(db), inlined
+        except KeyError:
+            raise unnamed_db(db) from None
+        return None if h is None else self._txn.cursor(h)
+
     def read_range(
         self, db: bytes, lo: bytes, hi: bytes, reverse: bool, limit: int
     ) -> tuple[list[Row], bool]:

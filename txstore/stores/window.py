@@ -158,17 +158,21 @@ class TypedSegmentedStore(Generic[K, V]):
         self._utf8_keys = _is(key_serde, StringSerde)
         # The single-key window fetch reads its rows in one go from the store or its
         # read-committed view (``fetch_window_rows``); other inners take the general path.
-        # The writer's store reads them as decoded pairs (``fetch_window_items``) from
+        # The writer's store and the view read them as decoded pairs (``fetch_window_items``) from
         # ``_items_reader``: the store, or the one a change-logging layer (a task's) wraps and
         # forwards its reads to; values decoded by the C reader itself (None: UTF-8 text) or by
         # ``_items_decode``.
         reader = inner
         if type(inner) is ChangeLoggingSegmentedBytesStore:
             reader = inner.inner
-        self._items_fast = type(reader) is SegmentedBytesStore
-        self._items_reader: Any = reader if self._items_fast else None
+        self._items_fast = type(reader) is SegmentedBytesStore  # the writer's (session too)
+        # a read-committed view's window fetch: pairs made in C too (its store's pairs)
+        window_items = self._items_fast or type(reader) is SegmentedReadCommittedView
+        self._window_items = window_items
+        self._items_reader: Any = reader if window_items else None
+        self._items_store: Any = reader.store if window_items else None
         self._items_decode: Any = _NO
-        if self._items_fast:
+        if window_items:
             self._items_decode = None if self._utf8_values else self._plain_decode or self._decode
         fast = (SegmentedBytesStore, SegmentedReadCommittedView)
         self._rows_fast = type(inner) in fast or self._items_fast
@@ -453,7 +457,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
             time_to = to_millis("time_to", time_to)
         inner: SegmentedBytesStore | SegmentedReadCommittedView = self._inner
         read: tuple[list[Row], list[list[bool]]] | None
-        if self._items_fast:  # the writer's store: pairs made in C when it can
+        if self._window_items:  # the writer's store or a view: pairs made in C when it can
             got = self._items_reader.fetch_window_items(
                 kb, time_from, time_to, reverse, self._items_decode
             )
@@ -466,7 +470,7 @@ class ReadOnlyWindowStore(TypedSegmentedStore[K, V]):
                 kv_it.items_iter = pit
                 kv_it.items = pairs
                 kv_it.cells = live
-                kv_it.store = self._items_reader
+                kv_it.store = self._items_store
                 return kv_it
             else:
                 read = got[0], got[1]
