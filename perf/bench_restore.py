@@ -24,9 +24,11 @@ a task commit marker every 1,000 records). Each restore starts from a wiped part
 is replayed) and runs the product path: ``Task(path)`` and the store
 (``Stores.persistent_timestamped_key_value_store`` / ``persistent_timestamped_window_store``
 with ``Serdes.bytes()``) = **open**; ``Task.initialize()`` = **restore** (recover, read the
-changelog in columnar batches; key-value: ``restore_records``, one C pass that keeps the last
-record of each key, sorts, converts and seals, then one synced LMDB commit; window: convert,
-``SegmentedBytesStore.restore`` and commit; one LMDB commit per ``RESTORE_BATCH`` records);
+changelog in columnar batches; key-value: the store is empty and the changelog longer than one
+batch, so the sorted restore (``bytestores/restore_runs.py``: each batch made into a sorted run
+by one C pass over the changelog's buffers, the runs merged into ONE synced LMDB commit);
+window: convert, ``SegmentedBytesStore.restore`` and commit, one LMDB commit per
+``RESTORE_BATCH`` records);
 ``Task.close()`` = **close**. ``sync=True`` (txstore's default: each restore commit is
 fsynced) gives the figures; ``sync=False`` (what Quix's RocksDB writes promise: no sync) is shown
 as a reference. The ``instrumented`` rows are the same run with timers around the four stages
