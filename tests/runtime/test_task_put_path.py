@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from txstore import Serdes, Stores, ValueAndTimestamp, codecs
+from txstore.changelog.api import MAX_FIELD_BYTES
 from txstore.errors import (
     InvalidArgumentError,
     InvalidStateStoreError,
@@ -157,3 +158,50 @@ def test_puts_before_initialize_and_after_close_are_refused(tmp_path: Path) -> N
     with task:
         task.initialize()
         assert s["raw"].get(b"k") == b"v" and task.changelog("raw").committed_end_offset == 1
+
+
+HUGE: list[tuple[str, int, int]] = [  # (what, value bytes, headers bytes): key + both > 2 GiB - 1
+    ("a value above the changelog's limit", MAX_FIELD_BYTES, 0),
+    ("a value and headers above it together", 2**30, 2**30),
+]
+
+
+@pytest.mark.parametrize(
+    ("value_size", "headers_size"), [h[1:] for h in HUGE], ids=[h[0] for h in HUGE]
+)
+def test_a_record_the_changelog_would_refuse_is_refused_before_the_store_stages_it(
+    tmp_path: Path, value_size: int, headers_size: int
+) -> None:
+    """Before, the store staged the write and then the changelog refused its record: the
+    next task commit committed a value its changelog never held. Both the short path (a
+    key-value store) and ``_record`` (a window store) refuse it first. The values are
+    ``bytes(n)``: calloc'd, never touched, so they cost no memory."""
+    task = Task(tmp_path)
+    with task:
+        kv = task.key_value_store(
+            Stores.key_value_store_builder(
+                Stores.persistent_key_value_store("kv"), Serdes.bytes(), Serdes.bytes()
+            )
+        )
+        w = task.window_store(
+            Stores.window_store_builder(
+                Stores.persistent_window_store("w", 3_600_000, 60_000, False),
+                Serdes.bytes(),
+                Serdes.bytes(),
+            )
+        )
+        task.initialize()
+        task.context.headers = bytes(headers_size)
+        big = bytes(value_size)
+        with pytest.raises(InvalidArgumentError, match="above the limit"):
+            kv.put(b"k", big)
+        with pytest.raises(InvalidArgumentError, match="above the limit"):
+            w.put(b"k", big, 0)
+        del big
+        task.context.headers = b""
+        assert kv.approximate_num_uncommitted_bytes() == 0 and kv.get(b"k") is None
+        assert w.fetch(b"k", 0) is None
+        assert task.changelog("kv").end_offset == 0 and task.changelog("w").end_offset == 0
+        kv.put(b"k", b"small")  # the store and its changelog go on
+        task.commit(1)
+        assert [r.value for r in task.changelog("kv").read_committed()] == [b"small"]

@@ -29,7 +29,7 @@ from typing import Any
 
 from txstore import codecs
 from txstore.bytestores.kv import BytesKeyValueStore
-from txstore.changelog.api import Changelog, check_record
+from txstore.changelog.api import MAX_FIELD_BYTES, Changelog, check_record, check_record_size
 from txstore.changelog.format import LONG_MAX
 from txstore.codecs import ValueFormat
 from txstore.engine.base import MAX_KEY_SIZE
@@ -118,7 +118,14 @@ class _ChangeLogging:
             )
         ts = rec[2]
         if type(ts) is not int or not -1 <= ts <= LONG_MAX or type(rec[3]) is not bytes:
-            return check_record(*rec)
+            rec = check_record(*rec)
+        k, v, _, h = rec
+        try:
+            size = len(k) + len(h) + (0 if v is None else len(v))
+        except TypeError:  # a key or value of the wrong type: the store's put types it
+            return rec
+        if size > MAX_FIELD_BYTES:  # refused here, before the store stages the write
+            check_record_size(k, v, h)
         return rec
 
 
@@ -162,6 +169,7 @@ class ChangeLoggingKeyValueBytesStore(_ChangeLogging):
             and type(ts) is int
             and -1 <= ts <= LONG_MAX
             and type(headers) is bytes
+            and len(key) + len(headers) + (0 if value is None else len(value)) <= MAX_FIELD_BYTES
             and self.inner.is_open
         ):
             # the record _record makes of these arguments, and the bytes store's fast path
